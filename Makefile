@@ -1,0 +1,38 @@
+# Two commands for readers: `make run` executes every notebook, `make test` tests everything.
+# Both build or refresh the virtual environment first (env/setup_env.sh, idempotent).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python3
+PROFILE ?= cpu
+# Triton's Python-backend stub finds its packages through the first python3 on PATH: the venv's.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+# The stub starts in the C locale; vLLM/torch need UTF-8 (see DESIGN notes in notebook 04).
+export LC_ALL := C.UTF-8
+export PYTHONUNBUFFERED := 1
+NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
+
+.PHONY: env run test test-unit test-notebooks notebooks-inplace clean
+
+env:
+	@bash env/setup_env.sh
+
+run: env
+	$(PY) -m scripts.notebooks --profile $(PROFILE)
+
+# Unit tests, then every notebook under nbval (outputs compared with the committed ones after
+# sanitising), then the values the notebooks' check cells recorded.
+test: env test-unit test-notebooks
+
+test-unit: env
+	$(PY) -m pytest -q tests/unit
+
+test-notebooks: env
+	$(PY) -m pytest -q $(NBVAL) notebooks
+	$(PY) -m pytest -q tests/notebooks
+
+# Maintainers: re-execute the committed notebooks top to bottom and keep their outputs.
+notebooks-inplace: env
+	$(PY) -m scripts.notebooks --inplace
+
+clean:
+	rm -rf build

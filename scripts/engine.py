@@ -1,0 +1,204 @@
+"""Engine preparation: the one engine config file later steps read, and the TensorRT-LLM build.
+
+``cpu``: vLLM needs no compile step. "Building" the engine means fixing its settings (dtype,
+``max_model_len``, ``max_num_seqs``, KV-cache space, seed) in ``engine_config.json`` inside the
+engine directory; ``run.py``, the Triton model and the Serve app all read that one file.
+
+``gpu-trtllm``: TensorRT-LLM's ``convert_checkpoint.py`` then ``trtllm-build``. The command lines
+are built (and unit-tested) here and run only where ``tensorrt_llm`` is importable.
+
+Command line: ``tutorial-prepare-engine --profile cpu``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from scripts.profiles import Profile, load_profile
+
+ENGINE_CONFIG = "engine_config.json"
+VLLM_DTYPES = ("bfloat16", "float16", "float32")
+TRTLLM_DTYPES = ("float16", "bfloat16", "float32")
+
+
+class EngineConfigError(ValueError):
+    """The engine directory or its config is missing or invalid; the message says what to do."""
+
+
+def check_dtype(dtype: str, engine: str) -> str:
+    allowed = VLLM_DTYPES if engine == "vllm" else TRTLLM_DTYPES
+    if dtype not in allowed:
+        raise EngineConfigError(f"dtype {dtype!r} is not supported by {engine}: use one of {', '.join(allowed)}")
+    return dtype
+
+
+def engine_settings(profile: Profile) -> dict[str, Any]:
+    """The engine config for a profile, as written to ``engine_config.json``."""
+    common = {
+        "profile": profile.name,
+        "engine": profile.engine,
+        "model_dir": str(profile.path("model_dir")),
+        "tokenizer_dir": str(profile.path("model_dir")),
+        "dtype": check_dtype(profile["dtype"], profile.engine),
+        "max_model_len": int(profile["max_model_len"]),
+    }
+    if profile.engine == "vllm":
+        return common | {
+            "max_num_seqs": int(profile["max_num_seqs"]),
+            "kv_cache_space_gib": int(profile["kv_cache_space_gib"]),
+            "tensor_parallel_size": int(profile["tensor_parallel_size"]),
+            "seed": int(profile["seed"]),
+            "enforce_eager": bool(profile.get("enforce_eager", False)),
+        }
+    if profile.engine == "tensorrt_llm":
+        return common | {
+            "engine_dir": str(profile.path("engine_dir")),
+            "checkpoint_dir": str(profile.path("checkpoint_dir")),
+            "tp_size": int(profile["tp_size"]),
+            "pp_size": int(profile["pp_size"]),
+            "gemm_plugin": profile["gemm_plugin"],
+            "max_batch_size": int(profile["max_batch_size"]),
+            "max_input_len": int(profile["max_input_len"]),
+            "max_seq_len": int(profile["max_seq_len"]),
+        }
+    raise EngineConfigError(f"profile {profile.name!r} names an unknown engine {profile.engine!r}")
+
+
+def write_engine_config(profile: Profile) -> Path:
+    """Write ``engine_config.json`` into the profile's engine directory and return its path."""
+    settings = engine_settings(profile)
+    engine_dir = profile.path("engine_dir")
+    engine_dir.mkdir(parents=True, exist_ok=True)
+    path = engine_dir / ENGINE_CONFIG
+    path.write_text(json.dumps(settings, indent=2) + "\n")
+    return path
+
+
+def read_engine_config(engine_dir: str | Path) -> dict[str, Any]:
+    """Read and validate an engine directory's config; errors say which step to run."""
+    engine_dir = Path(engine_dir)
+    if not engine_dir.is_dir():
+        raise EngineConfigError(
+            f"engine directory {engine_dir} does not exist: build the engine first "
+            "(notebook 01_build_engine, or `tutorial-prepare-engine --profile PROFILE`)"
+        )
+    path = engine_dir / ENGINE_CONFIG
+    if not path.is_file():
+        if (engine_dir / "config.json").is_file() and any(engine_dir.glob("*.engine")):
+            return {"engine": "tensorrt_llm", "engine_dir": str(engine_dir)}  # a bare trtllm-build output
+        raise EngineConfigError(
+            f"{engine_dir} holds no {ENGINE_CONFIG}: build the engine first "
+            "(notebook 01_build_engine, or `tutorial-prepare-engine --profile PROFILE`)"
+        )
+    try:
+        config = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise EngineConfigError(f"{path} is not valid JSON ({exc}): rebuild it with notebook 01_build_engine") from None
+    for key in ("engine", "dtype", "model_dir", "max_model_len"):
+        if key not in config:
+            raise EngineConfigError(f"{path} lacks {key!r}: rebuild it with notebook 01_build_engine")
+    check_dtype(config["dtype"], config["engine"])
+    return config
+
+
+# -- vLLM (cpu profile) -----------------------------------------------------------------------
+
+def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
+    """Environment variables a vLLM engine process needs (set before ``import vllm``)."""
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(config.get("kv_cache_space_gib", 1)),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+
+
+def vllm_engine_kwargs(config: dict[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.LLM`` / ``vllm.AsyncEngineArgs`` from the engine config."""
+    return {
+        "model": config["model_dir"],
+        "tokenizer": config.get("tokenizer_dir", config["model_dir"]),
+        "dtype": config["dtype"],
+        "max_model_len": int(config["max_model_len"]),
+        "max_num_seqs": int(config.get("max_num_seqs", 64)),
+        "tensor_parallel_size": int(config.get("tensor_parallel_size", 1)),
+        "seed": int(config.get("seed", 0)),
+        "enforce_eager": bool(config.get("enforce_eager", False)),
+    }
+
+
+# -- TensorRT-LLM (gpu-trtllm profile) ------------------------------------------------------
+
+def trtllm_build_commands(profile: Profile) -> list[list[str]]:
+    """``convert_checkpoint.py`` then ``trtllm-build``, as in TensorRT-LLM's Llama guide."""
+    s = engine_settings(profile)
+    examples = profile.path("trtllm_examples_dir")
+    convert = [
+        "python3", str(examples / "llama" / "convert_checkpoint.py"),
+        "--model_dir", s["model_dir"],
+        "--output_dir", s["checkpoint_dir"],
+        "--dtype", s["dtype"],
+        "--tp_size", str(s["tp_size"]),
+        "--pp_size", str(s["pp_size"]),
+    ]
+    build = [
+        "trtllm-build",
+        "--checkpoint_dir", s["checkpoint_dir"],
+        "--output_dir", s["engine_dir"],
+        "--gemm_plugin", s["gemm_plugin"],
+        "--max_batch_size", str(s["max_batch_size"]),
+        "--max_input_len", str(s["max_input_len"]),
+        "--max_seq_len", str(s["max_seq_len"]),
+    ]
+    return [convert, build]
+
+
+def tensorrt_llm_available() -> bool:
+    return importlib.util.find_spec("tensorrt_llm") is not None
+
+
+def build_engine(profile: Profile, dry_run: bool = False) -> dict[str, Any]:
+    """Prepare the profile's engine; returns what was done (config path, commands)."""
+    result: dict[str, Any] = {"profile": profile.name, "engine": profile.engine}
+    if profile.engine == "tensorrt_llm":
+        commands = trtllm_build_commands(profile)
+        result["commands"] = [shlex.join(c) for c in commands]
+        if not dry_run:
+            if not tensorrt_llm_available():
+                raise EngineConfigError(
+                    "tensorrt_llm is not importable here: build the gpu-trtllm engine inside the NGC "
+                    "container (docker build -t llm-tutorial-gpu . && docker run --gpus all ...), "
+                    "or run this notebook with PROFILE='cpu'"
+                )
+            model_dir = profile.path("model_dir")
+            if not (model_dir / "config.json").is_file():
+                raise EngineConfigError(f"no Hugging Face checkpoint at {model_dir}: run notebook 00 first")
+            for cmd in commands:
+                subprocess.run(cmd, check=True)
+    result["engine_config"] = str(write_engine_config(profile))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Prepare the engine of a profile")
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--dry-run", action="store_true", help="print the build commands only")
+    args = parser.parse_args(argv)
+    try:
+        print(json.dumps(build_engine(load_profile(args.profile), dry_run=args.dry_run), indent=2))
+    except (EngineConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

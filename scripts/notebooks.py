@@ -1,0 +1,64 @@
+"""Execute the notebooks in order with papermill (``make run``), one summary line per notebook.
+
+``python -m scripts.notebooks --profile cpu`` writes executed copies under ``build/executed``.
+``--inplace`` re-executes the committed notebooks themselves (maintainers, before committing),
+so their saved outputs are the outputs of a top-to-bottom run.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from scripts.profiles import REPO_ROOT, build_dir
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+DEFAULT_PROFILE = "cpu"
+
+
+def notebook_paths(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
+    """``NN_verb_topic.ipynb`` files in order; ``only`` keeps those whose name starts with a given prefix."""
+    paths = sorted(p for p in directory.glob("[0-9][0-9]_*.ipynb"))
+    if only:
+        paths = [p for p in paths if any(p.name.startswith(o) for o in only)]
+        if not paths:
+            raise SystemExit(f"no notebook in {directory} starts with any of {only}")
+    return paths
+
+
+def execute(path: Path, output: Path, profile: str) -> float:
+    import papermill as pm
+
+    parameters = {} if profile == DEFAULT_PROFILE else {"PROFILE": profile}
+    start = time.monotonic()
+    pm.execute_notebook(str(path), str(output), parameters=parameters, cwd=str(path.parent),
+                        kernel_name="python3", progress_bar=False, log_output=False)
+    return time.monotonic() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default=DEFAULT_PROFILE)
+    parser.add_argument("--inplace", action="store_true", help="overwrite the committed notebooks with the executed ones")
+    parser.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 00 03")
+    args = parser.parse_args(argv)
+    out_dir = build_dir() / "executed" / args.profile
+    out_dir.mkdir(parents=True, exist_ok=True)
+    failed = 0
+    for path in notebook_paths(only=args.only):
+        target = path if args.inplace else out_dir / path.name
+        try:
+            seconds = execute(path, target, args.profile)
+            print(f"{path.stem:<32} ok      {seconds:6.1f} s  -> {target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target}", flush=True)
+        except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
+            failed += 1
+            first = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+            print(f"{path.stem:<32} FAILED  {first}", flush=True)
+            print(f"    executed copy with the error: {target}", flush=True)
+            break  # later notebooks read what this one should have made
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

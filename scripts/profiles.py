@@ -1,0 +1,60 @@
+"""Profiles (``cpu``, ``gpu-trtllm``) and the build directory every step writes into."""
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PROFILES_FILE = REPO_ROOT / "env" / "profiles.toml"
+BUILD_DIR_ENV = "TUTORIAL_BUILD_DIR"
+
+
+def build_dir() -> Path:
+    """The one directory each step writes into and the next one reads (``./build`` by default)."""
+    return Path(os.environ.get(BUILD_DIR_ENV, REPO_ROOT / "build")).resolve()
+
+
+def available_profiles(path: Path = PROFILES_FILE) -> list[str]:
+    with open(path, "rb") as fh:
+        return list(tomllib.load(fh))
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One profile's settings, with its relative paths resolved against the build directory."""
+
+    name: str
+    settings: dict[str, Any] = field(repr=False)
+    root: Path
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self.settings[key]
+        except KeyError:
+            raise KeyError(f"profile {self.name!r} has no setting {key!r} (see {PROFILES_FILE})") from None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.settings.get(key, default)
+
+    @property
+    def engine(self) -> str:
+        return self["engine"]
+
+    def path(self, key: str) -> Path:
+        """A path setting: ``$<key>_env`` overrides it; relative values live under the build dir."""
+        env_name = self.settings.get(f"{key}_env")
+        value = os.environ.get(env_name) if env_name else None
+        p = Path(value if value else self[key]).expanduser()
+        return p if p.is_absolute() else self.root / p
+
+
+def load_profile(name: str = "cpu", path: Path = PROFILES_FILE, root: Path | None = None) -> Profile:
+    """Load one profile by name; an unknown name is an error that lists the known ones."""
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    if name not in data:
+        raise ValueError(f"unknown profile {name!r}: choose one of {sorted(data)} (defined in {path})")
+    return Profile(name=name, settings=dict(data[name]), root=(root or build_dir()))

@@ -1,0 +1,34 @@
+import pytest
+
+from scripts.profiles import REPO_ROOT, available_profiles, build_dir, load_profile
+
+
+def test_both_profiles_defined():
+    assert available_profiles() == ["cpu", "gpu-trtllm"]
+
+
+def test_relative_paths_live_under_build_dir(build_root):
+    p = load_profile("cpu")
+    assert build_dir() == build_root
+    assert p.path("model_dir") == build_root / "models" / "tiny-llama"
+    assert p.engine == "vllm" and p["num_gpus_per_replica"] == 0
+
+
+def test_default_build_dir_is_repo_build(monkeypatch):
+    monkeypatch.delenv("TUTORIAL_BUILD_DIR", raising=False)
+    assert build_dir() == REPO_ROOT / "build"
+
+
+def test_env_override_of_model_dir(build_root, monkeypatch, tmp_path):
+    monkeypatch.setenv("LLAMA_MODEL_DIR", str(tmp_path / "llama"))
+    assert load_profile("gpu-trtllm").path("model_dir") == tmp_path / "llama"
+
+
+def test_unknown_profile_lists_known_ones():
+    with pytest.raises(ValueError, match=r"unknown profile 'gpu'.*'cpu', 'gpu-trtllm'"):
+        load_profile("gpu")
+
+
+def test_unknown_setting_names_the_file():
+    with pytest.raises(KeyError, match="has no setting 'nope'.*profiles.toml"):
+        load_profile("cpu")["nope"]

@@ -1,0 +1,74 @@
+import json
+
+import pytest
+
+from scripts import tiny_model
+from scripts.model import ModelNotFound, prepare_model
+from scripts.profiles import load_profile
+from scripts.tiny_model import TinyLlamaSpec
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_model.train_tokenizer(TinyLlamaSpec())
+
+
+def test_tokenizer_has_special_tokens_and_chat_template(tokenizer):
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<s>", "</s>", "<pad>")
+    assert tokenizer.convert_tokens_to_ids(["<s>", "</s>", "<pad>"]) == [0, 1, 2]
+    assert tokenizer("Triton")["input_ids"][0] == tokenizer.bos_token_id
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
+                                             add_generation_prompt=True)
+    assert rendered == "<s><|user|>\nHi</s>\n<|assistant|>\n"
+
+
+def test_tokenizer_round_trips_text(tokenizer):
+    text = "Ray Serve takes the traffic, and Triton batches it."
+    assert tokenizer.decode(tokenizer(text)["input_ids"], skip_special_tokens=True) == text
+
+
+def test_tokenizer_training_is_deterministic(tokenizer):
+    again = tiny_model.train_tokenizer(TinyLlamaSpec())
+    assert again.get_vocab() == tokenizer.get_vocab()
+
+
+def test_training_sequences_end_with_eos(tokenizer):
+    seqs = tiny_model.training_sequences(tokenizer)
+    assert len(seqs) == len(tiny_model.corpus_lines()) + len(tiny_model.chat_examples())
+    assert all(s[-1] == tokenizer.eos_token_id or s[-2] == tokenizer.eos_token_id for s in seqs)
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny")
+    return out, tiny_model.make_tiny_llama(out / "a", TinyLlamaSpec(train_steps=3))
+
+
+def test_make_tiny_llama_saves_hf_checkpoint(made):
+    out, summary = made
+    files = set(summary["files"])
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= files
+    config = json.loads((out / "a" / "config.json").read_text())
+    assert config["architectures"] == ["LlamaForCausalLM"]
+    assert config["num_key_value_heads"] == 2 and config["vocab_size"] == summary["vocab_size"]
+    assert summary["size_bytes"] < 5_000_000
+
+
+def test_make_tiny_llama_is_deterministic(made):
+    out, _ = made
+    tiny_model.make_tiny_llama(out / "b", TinyLlamaSpec(train_steps=3))
+    assert (out / "a" / "model.safetensors").read_bytes() == (out / "b" / "model.safetensors").read_bytes()
+    assert tiny_model.tokenizer_fingerprint(out / "a") == tiny_model.tokenizer_fingerprint(out / "b")
+
+
+def test_prepare_model_for_gpu_profile_says_how_to_get_llama(build_root, monkeypatch, tmp_path):
+    monkeypatch.setenv("LLAMA_MODEL_DIR", str(tmp_path / "absent"))
+    with pytest.raises(ModelNotFound, match=r"huggingface-cli download meta-llama/Llama-3.2-1B-Instruct.*LLAMA_MODEL_DIR"):
+        prepare_model(load_profile("gpu-trtllm"))
+
+
+def test_prepare_model_for_gpu_profile_describes_local_checkpoint(build_root, monkeypatch, made):
+    out, _ = made
+    monkeypatch.setenv("LLAMA_MODEL_DIR", str(out / "a"))
+    summary = prepare_model(load_profile("gpu-trtllm"))
+    assert summary["source"] == "local" and summary["architecture"] == "LlamaForCausalLM"
