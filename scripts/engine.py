@@ -118,6 +118,8 @@ def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # vLLM logs to stdout by default; keep stdout for results (run.py prints them there)
+        "VLLM_LOGGING_STREAM": "ext://sys.stderr",
     }
 
 

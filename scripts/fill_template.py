@@ -184,6 +184,7 @@ def fill_repository(
     output_dir: str | Path,
     values_by_model: Mapping[str, Mapping[str, object]],
     allow_unfilled: Iterable[str] = (),
+    models: Iterable[str] | None = None,
 ) -> list[Path]:
     """Copy every model of the template repository into ``output_dir``, filling its config.
 
@@ -192,6 +193,7 @@ def fill_repository(
     config filled from ``values_by_model[model]`` (no entry: no values). An existing
     ``output_dir/<model>`` is replaced; other contents of ``output_dir`` are left alone.
     Every config is filled before anything is written, so a failure writes nothing.
+    ``models`` limits the copy to those template models (a profile's selection).
     Returns the model folders written.
     """
     template_dir, output_dir = Path(template_dir).resolve(), Path(output_dir).resolve()
@@ -207,14 +209,22 @@ def fill_repository(
             f"template repository {template_dir} is inside the output directory {output_dir}: "
             "choose an output directory that does not contain the templates"
         )
-    models = sorted(p.name for p in template_dir.iterdir() if (p / CONFIG).is_file())
-    if not models:
+    available = sorted(p.name for p in template_dir.iterdir() if (p / CONFIG).is_file())
+    if not available:
         raise TemplateError(f"{template_dir} has no model folders (folders with a {CONFIG})")
+    if models is None:
+        models = available
+    else:
+        models = sorted(set(models))
+        unknown = sorted(set(models) - set(available))
+        if unknown:
+            raise TemplateError(f"no template model {', '.join(map(repr, unknown))} in {template_dir}; "
+                                f"its models are: {', '.join(available)}")
     extra = sorted(set(values_by_model) - set(models))
     if extra:
         raise TemplateError(
-            f"values given for {', '.join(map(repr, extra))}, not models of {template_dir}; "
-            f"its models are: {', '.join(models)}"
+            f"values given for {', '.join(map(repr, extra))}, not models being filled from {template_dir}; "
+            f"those are: {', '.join(models)}"
         )
     allowed = tuple(allow_unfilled)
     configs = {

@@ -14,8 +14,12 @@ import argparse
 import hashlib
 import json
 import random
+import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+# tqdm's notebook progress bar wants ipywidgets; transformers' bars are off anyway (quiet_transformers)
+warnings.filterwarnings("ignore", message="IProgress not found")
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 BOS, EOS, PAD = "<s>", "</s>", "<pad>"

@@ -232,3 +232,17 @@ def test_fill_repository_refuses_output_containing_templates(tmp_path):
     _template_repo(templates)
     with pytest.raises(TemplateError, match="inside the output directory"):
         fill_repository(templates, tmp_path, {"preprocessing": {"triton_max_batch_size": 8}})
+
+
+def test_fill_repository_selected_models_only(tmp_path):
+    templates = tmp_path / "templates"
+    for name in ("a", "b"):
+        (templates / name / "1").mkdir(parents=True)
+        (templates / name / "config.pbtxt").write_text(f'name: "{name}"\nmax_batch_size: ${{mbs}}\n')
+    out = tmp_path / "out"
+    written = fill_repository(templates, out, {"a": {"mbs": 4}}, models=["a"])
+    assert [p.name for p in written] == ["a"] and not (out / "b").exists()
+    with pytest.raises(TemplateError, match="no template model 'c'"):
+        fill_repository(templates, out, {}, models=["c"])
+    with pytest.raises(TemplateError, match="values given for 'b', not models being filled"):
+        fill_repository(templates, out, {"b": {"mbs": 1}}, models=["a"])

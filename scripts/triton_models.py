@@ -1,0 +1,250 @@
+"""Request handling shared by the Triton Python models (preprocessing, postprocessing, engine, BLS).
+
+Pure functions over NumPy arrays, so they are unit-tested without a server; each model's
+``model.py`` only moves tensors between Triton and these functions. ``ValueError`` here means bad
+client input: the models turn it into an INVALID_ARG error (HTTP 400) and keep serving.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+
+def model_parameter(model_config: dict, key: str, default: str | None = None) -> str:
+    """A ``parameters { key: ... }`` string value of a model config (as Triton passes it as JSON)."""
+    value = model_config.get("parameters", {}).get(key, {}).get("string_value")
+    if value is None or value.startswith("${"):
+        if default is None:
+            raise ValueError(f"model {model_config.get('name')!r} lacks parameter {key!r}: fill the template (notebook 02)")
+        return default
+    return value
+
+
+def is_true(value: str | bool | None) -> bool:
+    return str(value).strip().lower() in ("true", "1", "yes")
+
+
+def decode_texts(array: np.ndarray, name: str) -> list[str]:
+    """A [B, 1] (or [B]) BYTES tensor as B strings; undecodable bytes are the client's error."""
+    texts = []
+    for item in np.asarray(array).reshape(len(array), -1)[:, 0]:
+        if isinstance(item, bytes):
+            try:
+                item = item.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{name} is not valid UTF-8 text") from None
+        texts.append(str(item))
+    return texts
+
+
+def word_lists(array: np.ndarray | None, batch: int, name: str) -> list[list[str]]:
+    """``bad_words``/``stop_words``: [B, N] strings, one word (or phrase) each; empty ones skipped."""
+    if array is None:
+        return [[] for _ in range(batch)]
+    rows = np.asarray(array).reshape(batch, -1)
+    out = []
+    for row in rows:
+        words = []
+        for w in row:
+            w = w.decode("utf-8", errors="strict") if isinstance(w, bytes) else str(w)
+            if w:
+                words.append(w)
+        out.append(words)
+    return out
+
+
+def to_word_list_format(id_lists: Sequence[Sequence[Sequence[int]]]) -> np.ndarray:
+    """TensorRT-LLM's [B, 2, L] words tensor: row 0 the flattened ids, row 1 the end offsets (-1 padded)."""
+    flat, offsets = [], []
+    for words in id_lists:
+        ids, ends, total = [], [], 0
+        for w in words:
+            ids.extend(w)
+            total += len(w)
+            ends.append(total)
+        flat.append(ids)
+        offsets.append(ends)
+    width = max(1, *(len(f) for f in flat), *(len(o) for o in offsets)) if flat else 1
+    out = np.zeros((len(id_lists), 2, width), dtype=np.int32)
+    out[:, 1, :] = -1
+    for i, (ids, ends) in enumerate(zip(flat, offsets)):
+        out[i, 0, : len(ids)] = ids
+        out[i, 1, : len(ends)] = ends
+    return out
+
+
+def from_word_list_format(words: np.ndarray) -> list[list[int]]:
+    """The inverse for one request: [2, L] -> list of token-id lists."""
+    words = np.asarray(words).reshape(2, -1)
+    ids, ends = words[0], [int(e) for e in words[1] if e >= 0]
+    out, start = [], 0
+    for end in ends:
+        out.append([int(t) for t in ids[start:end]])
+        start = end
+    return out
+
+
+@dataclass
+class Preprocessor:
+    """Tokenizes a batch of prompts into the engine's tensors (TensorRT-LLM's preprocessing contract)."""
+
+    tokenizer: Any
+    add_special_tokens: bool = True
+    max_model_len: int = 0
+
+    def __call__(self, query: np.ndarray, output_len: np.ndarray, bad_words: np.ndarray | None = None,
+                 stop_words: np.ndarray | None = None, end_id: np.ndarray | None = None,
+                 pad_id: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        texts = decode_texts(query, "text_input")
+        batch = len(texts)
+        lengths = np.asarray(output_len).reshape(batch, -1)[:, 0].astype(np.int64)
+        ids = []
+        for i, text in enumerate(texts):
+            if not text.strip():
+                raise ValueError("text_input is empty: send a prompt with at least one non-space character")
+            n = int(lengths[i])
+            if n <= 0:
+                raise ValueError(f"max_tokens must be a positive number of tokens, got {n}")
+            tokens = self.tokenizer(text, add_special_tokens=self.add_special_tokens)["input_ids"]
+            if self.max_model_len and len(tokens) + n > self.max_model_len:
+                raise ValueError(f"the prompt has {len(tokens)} tokens and max_tokens is {n}: together more than the "
+                                 f"model's limit of {self.max_model_len} tokens; shorten the prompt or lower max_tokens")
+            ids.append(tokens)
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        end_ids = np.asarray(end_id).reshape(batch, -1)[:, :1].astype(np.int32) if end_id is not None else np.full((batch, 1), eos, np.int32)
+        pad_ids = np.asarray(pad_id).reshape(batch, -1)[:, :1].astype(np.int32) if pad_id is not None else np.full((batch, 1), pad, np.int32)
+        width = max(len(t) for t in ids)
+        input_ids = np.full((batch, width), pad, dtype=np.int32)
+        for i, t in enumerate(ids):
+            input_ids[i, : len(t)] = t
+
+        def encode(words):
+            return [[self.tokenizer(w, add_special_tokens=False)["input_ids"] for w in ws] for ws in words]
+
+        return {
+            "INPUT_ID": input_ids,
+            "REQUEST_INPUT_LEN": np.array([[len(t)] for t in ids], dtype=np.int32),
+            "BAD_WORDS_IDS": to_word_list_format(encode(word_lists(bad_words, batch, "bad_words"))),
+            "STOP_WORDS_IDS": to_word_list_format(encode(word_lists(stop_words, batch, "stop_words"))),
+            "REQUEST_OUTPUT_LEN": lengths.reshape(batch, 1).astype(np.int32),
+            "OUT_END_ID": end_ids,
+            "OUT_PAD_ID": pad_ids,
+        }
+
+
+def postprocess(tokenizer: Any, tokens: np.ndarray, lengths: np.ndarray, skip_special_tokens: bool = True) -> np.ndarray:
+    """[B, beam, T] token ids and [B, beam] lengths -> [B, beam] UTF-8 texts (beam 0 used by clients)."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim == 2:
+        tokens = tokens[:, None, :]
+    lengths = np.asarray(lengths).reshape(tokens.shape[0], tokens.shape[1])
+    out = np.empty(lengths.shape, dtype=object)
+    for b in range(tokens.shape[0]):
+        for k in range(tokens.shape[1]):
+            ids = tokens[b, k, : int(lengths[b, k])].tolist()
+            out[b, k] = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).encode("utf-8")
+    return out
+
+
+# -- engine requests (token ids in, token ids out) ---------------------------------------------
+
+@dataclass
+class EngineRequest:
+    prompt_ids: list[int]
+    max_tokens: int
+    sampling: dict[str, Any]
+    streaming: bool
+
+
+def scalar(array: np.ndarray | None, cast, default=None):
+    if array is None:
+        return default
+    flat = np.asarray(array).reshape(-1)
+    if flat.size == 0:
+        return default
+    return cast(flat[0].item())
+
+
+def engine_request(inputs: dict[str, np.ndarray], tokenizer: Any, max_model_len: int) -> EngineRequest:
+    """Translate one request's TensorRT-LLM engine tensors into vLLM sampling settings."""
+    ids = np.asarray(inputs["input_ids"])
+    if ids.ndim == 2 and ids.shape[0] != 1:
+        raise ValueError(f"one sequence per request, got a batch of {ids.shape[0]}: send separate requests "
+                         "(Triton batches them, the engine batches them continuously)")
+    ids = ids.reshape(-1)
+    length = scalar(inputs.get("input_lengths"), int, len(ids))
+    if not 0 < length <= len(ids):
+        raise ValueError(f"input_lengths {length} does not match input_ids of length {len(ids)}")
+    prompt = [int(t) for t in ids[:length]]
+    max_tokens = scalar(inputs.get("request_output_len"), int)
+    if max_tokens is None or max_tokens <= 0:
+        raise ValueError(f"request_output_len (max_tokens) must be a positive number of tokens, got {max_tokens}")
+    if len(prompt) + max_tokens > max_model_len:
+        raise ValueError(f"the prompt has {len(prompt)} tokens and max_tokens is {max_tokens}: together more than "
+                         f"the model's limit of {max_model_len} tokens; shorten the prompt or lower max_tokens")
+    sampling: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0}
+    end_id = scalar(inputs.get("end_id"), int)
+    if end_id is not None:
+        if end_id < 0:
+            sampling["ignore_eos"] = True
+        elif end_id != tokenizer.eos_token_id:
+            sampling["stop_token_ids"] = [end_id]
+    for name, key in (("stop_words_list", "stop"), ("bad_words_list", "bad_words")):
+        if inputs.get(name) is not None:
+            words = [tokenizer.decode(w) for w in from_word_list_format(inputs[name]) if w]
+            if words:
+                sampling[key] = words
+    top_k = scalar(inputs.get("runtime_top_k"), int, 0)
+    top_p = scalar(inputs.get("runtime_top_p"), float, 0.0)
+    temperature = scalar(inputs.get("temperature"), float)
+    if top_p < 0 or top_p > 1:
+        raise ValueError(f"top_p must be within [0, 1], got {top_p}")
+    if temperature is not None and temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k > 1 or 0 < top_p < 1:  # sampling asked for; otherwise greedy, as TensorRT-LLM by default
+        sampling["temperature"] = 1.0 if temperature is None else temperature
+        if top_k > 1:
+            sampling["top_k"] = top_k
+        if 0 < top_p < 1:
+            sampling["top_p"] = top_p
+    for name in ("repetition_penalty", "presence_penalty", "frequency_penalty"):
+        value = scalar(inputs.get(name), float)
+        if value is not None:
+            sampling[name] = value
+    seed = scalar(inputs.get("random_seed"), int)
+    if seed is not None:
+        sampling["seed"] = seed
+    return EngineRequest(prompt, max_tokens, sampling, bool(scalar(inputs.get("streaming"), bool, False)))
+
+
+SAMPLING_KEYS = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stop_token_ids",
+                 "ignore_eos", "repetition_penalty", "presence_penalty", "frequency_penalty", "n", "min_tokens",
+                 "bad_words", "skip_special_tokens"}
+
+
+def sampling_from_json(text: str | None) -> dict[str, Any]:
+    """The standalone vLLM model's ``sampling_parameters`` JSON (official vLLM backend shape)."""
+    if not text:
+        return {}
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"sampling_parameters is not valid JSON ({exc.msg} at position {exc.pos})") from None
+    if not isinstance(params, dict):
+        raise ValueError("sampling_parameters must be a JSON object, e.g. {\"max_tokens\": 32, \"temperature\": 0}")
+    unknown = sorted(set(params) - SAMPLING_KEYS)
+    if unknown:
+        raise ValueError(f"unknown sampling_parameters {unknown}: use any of {sorted(SAMPLING_KEYS)}")
+    for key in ("max_tokens", "top_k", "n", "min_tokens", "seed"):
+        if key in params:
+            try:
+                params[key] = int(params[key])
+            except (TypeError, ValueError):
+                raise ValueError(f"sampling_parameters.{key} must be an integer, got {params[key]!r}") from None
+    if "max_tokens" in params and params["max_tokens"] <= 0:
+        raise ValueError(f"sampling_parameters.max_tokens must be positive, got {params['max_tokens']}")
+    return params

@@ -1,0 +1,97 @@
+"""Fill the Triton model-repository templates for a profile (notebook 02)."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from scripts.engine import read_engine_config, vllm_engine_kwargs
+from scripts.fill_template import fill_repository
+from scripts.profiles import REPO_ROOT, Profile, build_dir
+
+TEMPLATE_DIR = REPO_ROOT / "model_repository"
+COMMON_MODELS = ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls")
+ENGINE_MODEL = {"vllm": "vllm_engine", "tensorrt_llm": "tensorrt_llm"}
+
+
+@dataclass(frozen=True)
+class RepoSettings:
+    """The knobs of the filled repository (defaults: the TensorRT-LLM guide's walk-through values)."""
+
+    triton_max_batch_size: int = 4
+    decoupled_mode: bool = False
+    max_queue_delay_microseconds: int = 10000
+    max_queue_size: int = 0
+    preprocessing_instance_count: int = 1
+    postprocessing_instance_count: int = 1
+    engine_instance_count: int = 1
+    bls_instance_count: int = 1
+    batching_strategy: str = "inflight_fused_batching"
+    kv_cache_free_gpu_mem_fraction: float = 0.9
+    logits_datatype: str = "TYPE_FP32"
+    add_special_tokens: bool = True
+    skip_special_tokens: bool = True
+
+
+def repo_dir(profile: Profile) -> Path:
+    return build_dir() / "triton_repo" / profile.name
+
+
+def template_values(engine_config: dict[str, Any], s: RepoSettings) -> dict[str, dict[str, Any]]:
+    """The values each template model is filled with."""
+    engine = ENGINE_MODEL[engine_config["engine"]]
+    tokenizer = engine_config.get("tokenizer_dir", engine_config["model_dir"])
+    engine_dir = engine_config.get("engine_dir") or engine_config["_engine_dir"]
+    common = {"triton_max_batch_size": s.triton_max_batch_size}
+    values = {
+        "preprocessing": common | {"tokenizer_dir": tokenizer, "add_special_tokens": s.add_special_tokens,
+                                   "max_model_len": engine_config["max_model_len"],
+                                   "preprocessing_instance_count": s.preprocessing_instance_count},
+        "postprocessing": common | {"tokenizer_dir": tokenizer, "skip_special_tokens": s.skip_special_tokens,
+                                    "postprocessing_instance_count": s.postprocessing_instance_count},
+        "ensemble": common | {"engine_model_name": engine},
+        "tensorrt_llm_bls": common | {"engine_model_name": engine, "decoupled_mode": s.decoupled_mode,
+                                      "bls_instance_count": s.bls_instance_count},
+        engine: common | {"engine_dir": engine_dir, "decoupled_mode": s.decoupled_mode,
+                          "max_queue_delay_microseconds": s.max_queue_delay_microseconds,
+                          "engine_instance_count": s.engine_instance_count},
+    }
+    if engine == "tensorrt_llm":
+        values[engine] |= {"max_queue_size": s.max_queue_size, "batching_strategy": s.batching_strategy,
+                           "kv_cache_free_gpu_mem_fraction": s.kv_cache_free_gpu_mem_fraction,
+                           "logits_datatype": s.logits_datatype}
+    else:
+        values["vllm_model"] = {"engine_instance_count": s.engine_instance_count}
+    return values
+
+
+def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), output_dir: Path | None = None) -> dict[str, Any]:
+    """Fill the profile's models into ``build/triton_repo/<profile>``; returns what was written."""
+    engine_dir = profile.path("engine_dir")
+    engine_config = read_engine_config(engine_dir) | {"_engine_dir": str(engine_dir)}
+    values = template_values(engine_config, settings)
+    output_dir = output_dir or repo_dir(profile)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    written = fill_repository(TEMPLATE_DIR, output_dir, values, models=list(values))
+    if "vllm_model" in values:  # the standalone model's engine arguments, as the official vLLM backend reads them
+        kwargs = vllm_engine_kwargs(engine_config) | {"kv_cache_space_gib": engine_config.get("kv_cache_space_gib", 1)}
+        (output_dir / "vllm_model" / "1" / "model.json").write_text(json.dumps(kwargs, indent=2) + "\n")
+    return {"repository": str(output_dir), "models": sorted(p.name for p in written), "settings": asdict(settings)}
+
+
+def tree(path: Path, root: Path | None = None) -> str:
+    """A text tree of a repository (files and folders, sorted), for display."""
+    path = Path(path)
+    lines = [path.name + "/"]
+
+    def walk(d: Path, prefix: str):
+        entries = sorted(p for p in d.iterdir() if p.name not in ("__pycache__", ".gitkeep"))
+        for i, p in enumerate(entries):
+            last = i == len(entries) - 1
+            lines.append(f"{prefix}{'└── ' if last else '├── '}{p.name}{'/' if p.is_dir() else ''}")
+            if p.is_dir():
+                walk(p, prefix + ("    " if last else "│   "))
+
+    walk(path, "")
+    return "\n".join(lines)

@@ -1,0 +1,279 @@
+"""Start, check and stop a real ``tritonserver`` (the ``launch_triton_server`` of this tutorial).
+
+Library::
+
+    with TritonServer(repo) as server:          # free ports on 127.0.0.1, ready-polled
+        requests.post(f"{server.http_url}/v2/models/ensemble/generate", json=...)
+
+Command line (runs until Ctrl-C, then stops the server and everything it started)::
+
+    python -m scripts.triton_server --model_repo build/triton_repo/cpu
+
+The ``cpu`` profile runs the binary shipped in the nvidia-pytriton wheel with a backend directory
+assembled under the build directory: the Python backend, the stub built for this interpreter,
+and this repository's Python-based ``vllm`` backend. ``gpu-trtllm`` runs the NGC container's
+``/opt/tritonserver`` (with ``mpirun`` only when ``--world_size`` > 1, as TensorRT-LLM needs).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from scripts import envcheck
+from scripts.profiles import REPO_ROOT, build_dir
+
+PYTHON_BASED_BACKENDS = REPO_ROOT / "scripts" / "triton_backends"
+
+
+class TritonStartError(RuntimeError):
+    """The server exited or did not become ready; the message ends with its log tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """PIDs whose process group is ``pgid``, zombies excluded (they are gone, only not yet reaped)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        state, group = fields[0], int(fields[2])
+        if group == pgid and state != "Z":
+            members.append(int(stat.parent.name))
+    return sorted(members)
+
+
+def prepare_backend_dir(dest: Path | None = None) -> Path:
+    """A backend directory for the wheel's server: Python backend + this interpreter's stub + ``vllm``."""
+    dest = dest or build_dir() / "triton" / "backends"
+    python_dir = dest / "python"
+    python_dir.mkdir(parents=True, exist_ok=True)
+    wheel_python = envcheck.pytriton_root() / "backends" / "python"
+    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+        shutil.copy2(wheel_python / name, python_dir / name)
+    shutil.copy2(envcheck.python_backend_stub(), python_dir / "triton_python_backend_stub")
+    for backend in sorted(p for p in PYTHON_BASED_BACKENDS.iterdir() if (p / "model.py").is_file()):
+        (dest / backend.name).mkdir(exist_ok=True)
+        shutil.copy2(backend / "model.py", dest / backend.name / "model.py")
+    return dest
+
+
+@dataclass
+class ServerCommand:
+    """The command line and environment of one server; built (and unit-tested) without running it."""
+
+    model_repo: Path
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    backend_dir: Path | None
+    shm_prefix: str
+    exit_timeout_s: int = 5
+    world_size: int = 1
+    binary: Path = field(default_factory=envcheck.triton_binary)
+    log_verbose: int = 0
+    extra_args: tuple[str, ...] = ()
+
+    def server_args(self, rank: int = 0) -> list[str]:
+        args = [
+            str(self.binary),
+            f"--model-repository={self.model_repo}",
+            "--http-address=127.0.0.1", f"--http-port={self.http_port}",
+            "--grpc-address=127.0.0.1", f"--grpc-port={self.grpc_port}",
+            "--metrics-address=127.0.0.1", f"--metrics-port={self.metrics_port}",
+            "--allow-cpu-metrics=true",
+            f"--exit-timeout-secs={self.exit_timeout_s}",
+            f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}{rank}_",
+            f"--log-verbose={self.log_verbose}",
+            *self.extra_args,
+        ]
+        if self.backend_dir is not None:
+            args.insert(2, f"--backend-directory={self.backend_dir}")
+        if self.world_size > 1 and rank > 0:  # only rank 0 serves; the others run the engine's workers
+            args += ["--disable-auto-complete-config", "--model-control-mode=explicit", "--load-model=tensorrt_llm"]
+        return args
+
+    def argv(self) -> list[str]:
+        if self.world_size == 1:
+            return self.server_args()
+        argv = ["mpirun", "--allow-run-as-root"]
+        for rank in range(self.world_size):
+            argv += ["-n", "1", *self.server_args(rank), ":"]
+        return argv[:-1]
+
+    def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """PATH starts at this interpreter's bin (the stub finds its venv there); UTF-8 locale."""
+        env = dict(os.environ if base is None else base)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        env.setdefault("LC_ALL", "C.UTF-8")
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.backend_dir is not None and "pytriton" in str(self.binary):
+            # The stub finds the wheel's bundled libraries (libcudart ...) through an RPATH relative to
+            # where the wheel keeps it; our copy lives elsewhere, so point the loader at them.
+            libs = envcheck.pytriton_root().parents[1] / "nvidia_pytriton.libs"
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(libs), env.get("LD_LIBRARY_PATH", "")) if p)
+        return env
+
+
+class TritonServer:
+    """One tritonserver process group: started on free ports, polled until ready, stopped by handle."""
+
+    def __init__(self, model_repo: str | Path, *, backend_dir: Path | None | str = "auto", exit_timeout_s: int = 5,
+                 world_size: int = 1, log_path: Path | None = None, extra_args: tuple[str, ...] = ()):
+        model_repo = Path(model_repo).resolve()
+        if not model_repo.is_dir():
+            raise FileNotFoundError(f"model repository {model_repo} does not exist: fill it first (notebook 02)")
+        binary = envcheck.triton_binary()
+        if backend_dir == "auto":  # the wheel's server needs our backend directory; the container has its own
+            backend_dir = prepare_backend_dir() if "pytriton" in str(binary) else None
+        self.command = ServerCommand(model_repo, free_port(), free_port(), free_port(),
+                                     Path(backend_dir) if backend_dir else None,
+                                     f"tutorial{uuid.uuid4().hex[:8]}_", exit_timeout_s, world_size, binary,
+                                     extra_args=extra_args)
+        self.log_path = log_path or build_dir() / "triton" / "logs" / f"tritonserver-{self.command.http_port}.log"
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.command.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.command.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.command.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, timeout_s: float = 180) -> "TritonServer":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "wb")
+        # Own session: the stubs (and the vLLM engine processes they spawn) share the group we stop.
+        self.process = subprocess.Popen(self.command.argv(), stdout=log, stderr=subprocess.STDOUT,
+                                        env=self.command.environment(), start_new_session=True)
+        log.close()
+        try:
+            self.wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def is_ready(self) -> bool:
+        try:
+            return requests.get(f"{self.http_url}/v2/health/ready", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def wait_ready(self, timeout_s: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout_s:
+            if self.process.poll() is not None:
+                raise TritonStartError(f"tritonserver exited with status {self.process.returncode} before it was "
+                                       f"ready; log {self.log_path}:\n{self.log_tail()}")
+            if self.is_ready():
+                return time.monotonic() - start
+            time.sleep(0.5)
+        raise TritonStartError(f"tritonserver was not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+
+    def leftover_shm(self) -> list[Path]:
+        return sorted(Path("/dev/shm").glob(f"{self.command.shm_prefix}*"))
+
+    def group_members(self) -> list[int]:
+        """Live (non-zombie) processes of the server's process group: stubs, engine processes."""
+        return live_group_members(self.process.pid) if self.process else []
+
+    def group_alive(self) -> bool:
+        return bool(self.group_members())
+
+    def stop(self, grace_s: float = 10) -> None:
+        """SIGTERM, wait the exit timeout plus a grace period, then SIGKILL whatever is left of the group."""
+        if self.process is None:
+            return
+        pgid = self.process.pid
+        if self.process.poll() is None:
+            os.killpg(pgid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=self.command.exit_timeout_s + grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        deadline = time.monotonic() + grace_s
+        while self.group_alive() and time.monotonic() < deadline:  # stubs and engine processes
+            time.sleep(0.2)
+        if self.group_alive():
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            time.sleep(0.5)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        for segment in self.leftover_shm():  # only this server's prefix
+            segment.unlink(missing_ok=True)
+        if self.group_alive():
+            raise RuntimeError(f"processes {self.group_members()} of tritonserver group {pgid} survived SIGKILL")
+
+    def __enter__(self) -> "TritonServer":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Launch tritonserver on a model repository (Ctrl-C stops it)")
+    parser.add_argument("--model_repo", required=True)
+    parser.add_argument("--world_size", type=int, default=1, help="MPI ranks (TensorRT-LLM tensor parallelism)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds to wait for readiness")
+    args = parser.parse_args(argv)
+    try:
+        server = TritonServer(args.model_repo, world_size=args.world_size)
+        start = time.monotonic()
+        server.start(args.timeout)
+    except (FileNotFoundError, TritonStartError, envcheck.MissingComponent) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"tritonserver ready in {time.monotonic() - start:.1f} s (pid {server.pid})\n"
+          f"  HTTP    {server.http_url}\n  gRPC    {server.grpc_url}\n  metrics {server.metrics_url}\n"
+          f"  log     {server.log_path}", flush=True)
+    stop = {"now": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+    try:
+        while not stop["now"] and server.process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

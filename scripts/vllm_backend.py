@@ -1,0 +1,174 @@
+"""A Python-based Triton backend that serves vLLM with continuous batching (the ``cpu`` engine).
+
+Triton loads it as ``backends/vllm/model.py`` for every model whose config says
+``backend: "vllm"`` (the launcher puts it there). Two kinds of model use it:
+
+* ``vllm_engine``, the ensemble's engine step: TensorRT-LLM's engine tensors (``input_ids``,
+  ``request_output_len``, ``end_id``, ``stop_words_list`` ... -> ``output_ids``,
+  ``sequence_length``); engine settings from the ``engine_dir`` parameter's ``engine_config.json``.
+* ``vllm_model``, standalone like Triton's official vLLM backend: ``text_input`` ->
+  ``text_output``, ``sampling_parameters`` as JSON, engine arguments in ``<version>/model.json``.
+
+One vLLM ``AsyncLLM`` per model instance runs on an asyncio loop in its own thread. ``execute``
+hands each request to that loop and returns at once; responses go back through the request's
+response sender (one per token chunk when decoupled and streaming, else one), so requests that
+arrive while others are generating join the running batch. Cancelled requests are aborted.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import locale
+import os
+import threading
+import uuid
+from pathlib import Path
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from scripts.engine import read_engine_config, vllm_engine_kwargs, vllm_environment
+from scripts.triton_models import decode_texts, engine_request, is_true, model_parameter, sampling_from_json
+
+TOKEN_MODE_INPUTS = {"input_ids"}
+
+
+def invalid(message: str):
+    """An error response the client sees as a 4xx (INVALID_ARG)."""
+    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
+    error = pb_utils.TritonError(message, code) if code is not None else pb_utils.TritonError(message)
+    return pb_utils.InferenceResponse(output_tensors=[], error=error)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        # The stub starts in the C locale; torch (imported by vLLM) reads its templates as UTF-8.
+        locale.setlocale(locale.LC_ALL, "")
+        self.model_config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
+        inputs = {i["name"] for i in self.model_config["input"]}
+        self.token_mode = TOKEN_MODE_INPUTS <= inputs
+        if self.token_mode:
+            config = read_engine_config(model_parameter(self.model_config, "engine_dir"))
+        else:
+            model_json = Path(args["model_repository"]) / args["model_version"] / "model.json"
+            if not model_json.is_file():
+                raise pb_utils.TritonModelException(f"{model_json} is missing: write the engine arguments there (notebook 02)")
+            config = json.loads(model_json.read_text())
+        os.environ.update(vllm_environment(config))
+        from transformers import AutoTokenizer
+        from vllm import AsyncEngineArgs, SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        self.SamplingParams, self.OutputKind = SamplingParams, RequestOutputKind
+        # model.json: vLLM engine arguments, plus our kv_cache_space_gib (an environment setting, above)
+        kwargs = vllm_engine_kwargs(config) if self.token_mode else {k: v for k, v in config.items() if k != "kv_cache_space_gib"}
+        self.max_model_len = int(kwargs.get("max_model_len") or 0)
+        self.tokenizer = AutoTokenizer.from_pretrained(kwargs.get("tokenizer") or kwargs["model"])
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-loop", daemon=True)
+        self.thread.start()
+        self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs))).result()
+        self.active: set[str] = set()
+        self.logger = pb_utils.Logger
+
+    async def _make_engine(self, cls, engine_args):
+        return cls.from_engine_args(engine_args)
+
+    def submit(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def execute(self, requests):
+        for request in requests:
+            self.submit(self._handle(request))
+        return None
+
+    async def _handle(self, request):
+        sender = request.get_response_sender()
+        request_id = uuid.uuid4().hex
+        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        try:
+            if self.token_mode:
+                prompt, params, stream, exclude = self._token_request(request)
+            else:
+                prompt, params, stream, exclude = self._text_request(request)
+        except ValueError as exc:
+            sender.send(invalid(str(exc)), flags=final)
+            return
+        if stream and not self.decoupled:
+            sender.send(invalid("stream=true needs a decoupled model: fill the templates with decoupled_mode true"), flags=final)
+            return
+        params.output_kind = self.OutputKind.DELTA if stream else self.OutputKind.FINAL_ONLY
+        self.active.add(request_id)
+        try:
+            async for out in self.engine.generate(prompt, params, request_id):
+                if request.is_cancelled():
+                    await self.engine.abort(request_id)
+                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("request cancelled")), flags=final)
+                    return
+                completion = out.outputs[0]
+                if stream:
+                    if completion.token_ids or completion.text:
+                        sender.send(self._response(prompt, completion, exclude_prompt=True))
+                elif out.finished:
+                    sender.send(self._response(prompt, completion, exclude_prompt=exclude), flags=final)
+                    return
+            if stream:
+                sender.send(flags=final)
+        except Exception as exc:  # the engine rejected the request: tell the client, keep serving
+            sender.send(invalid(f"{type(exc).__name__}: {exc}"), flags=final)
+        finally:
+            self.active.discard(request_id)
+
+    def _token_request(self, request):
+        names = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
+                 "bad_words_list", "runtime_top_k", "runtime_top_p", "temperature", "repetition_penalty",
+                 "presence_penalty", "frequency_penalty", "random_seed", "streaming")
+        inputs = {}
+        for name in names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            inputs[name] = tensor.as_numpy() if tensor is not None else None
+        req = engine_request(inputs, self.tokenizer, self.max_model_len)
+        return {"prompt_token_ids": req.prompt_ids}, self.SamplingParams(**req.sampling), req.streaming, True
+
+    def _text_request(self, request):
+        text = decode_texts(pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1, 1), "text_input")[0]
+        if not text.strip():
+            raise ValueError("text_input is empty: send a prompt with at least one non-space character")
+        get = lambda n: pb_utils.get_input_tensor_by_name(request, n)  # noqa: E731
+        raw = get("sampling_parameters")
+        params = sampling_from_json(decode_texts(raw.as_numpy().reshape(-1, 1), "sampling_parameters")[0] if raw is not None else None)
+        stream = bool(get("stream").as_numpy().reshape(-1)[0]) if get("stream") is not None else False
+        exclude = get("exclude_input_in_output")
+        exclude = bool(exclude.as_numpy().reshape(-1)[0]) if exclude is not None else False
+        params.setdefault("temperature", 0.0)
+        n_prompt = len(self.tokenizer(text)["input_ids"])
+        if self.max_model_len and n_prompt + params.get("max_tokens", 16) > self.max_model_len:
+            raise ValueError(f"the prompt has {n_prompt} tokens and max_tokens is {params.get('max_tokens', 16)}: together "
+                             f"more than the model's limit of {self.max_model_len} tokens")
+        return text, self.SamplingParams(**params), stream, exclude
+
+    def _response(self, prompt, completion, exclude_prompt=False):
+        if self.token_mode:
+            ids = np.array(completion.token_ids, dtype=np.int32).reshape(1, 1, -1)
+            return pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("output_ids", ids),
+                pb_utils.Tensor("sequence_length", np.array([[ids.shape[-1]]], dtype=np.int32)),
+            ])
+        text = completion.text if exclude_prompt else prompt + completion.text
+        return pb_utils.InferenceResponse(output_tensors=[
+            pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
+        ])
+
+    def finalize(self):
+        async def stop():
+            for request_id in list(self.active):
+                await self.engine.abort(request_id)
+            self.engine.shutdown()
+
+        try:
+            self.submit(stop()).result(timeout=30)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(timeout=10)
