@@ -193,11 +193,23 @@ def engine_request(inputs: dict[str, np.ndarray], tokenizer: Any, max_model_len:
             sampling["ignore_eos"] = True
         elif end_id != tokenizer.eos_token_id:
             sampling["stop_token_ids"] = [end_id]
-    for name, key in (("stop_words_list", "stop"), ("bad_words_list", "bad_words")):
-        if inputs.get(name) is not None:
-            words = [tokenizer.decode(w) for w in from_word_list_format(inputs[name]) if w]
-            if words:
-                sampling[key] = words
+    if inputs.get("stop_words_list") is not None:
+        words = [tokenizer.decode(w) for w in from_word_list_format(inputs["stop_words_list"]) if w]
+        if words:
+            sampling["stop"] = words
+    if inputs.get("bad_words_list") is not None:
+        # vLLM 0.32 on the CPU ignores SamplingParams.bad_words (measured), so bad words become a
+        # logit bias that rules their token out. That expresses one-token words only: longer ones
+        # are refused rather than silently ignored.
+        bias = {}
+        for w in from_word_list_format(inputs["bad_words_list"]):
+            if len(w) > 1:
+                raise ValueError(f"bad word {tokenizer.decode(w)!r} is {len(w)} tokens; the cpu engine bans one-token "
+                                 "words only (a word inside a sentence usually needs its leading space to be one token)")
+            if w:
+                bias[w[0]] = -100.0
+        if bias:
+            sampling["logit_bias"] = bias
     top_k = scalar(inputs.get("runtime_top_k"), int, 0)
     top_p = scalar(inputs.get("runtime_top_p"), float, 0.0)
     temperature = scalar(inputs.get("temperature"), float)
@@ -223,7 +235,7 @@ def engine_request(inputs: dict[str, np.ndarray], tokenizer: Any, max_model_len:
 
 SAMPLING_KEYS = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stop_token_ids",
                  "ignore_eos", "repetition_penalty", "presence_penalty", "frequency_penalty", "n", "min_tokens",
-                 "bad_words", "skip_special_tokens"}
+                 "logit_bias", "skip_special_tokens"}
 
 
 def sampling_from_json(text: str | None) -> dict[str, Any]:

@@ -36,3 +36,20 @@ def test_03_reference_saved():
     if results.load("00_check_environment")["profile"] == "cpu":
         # the tiny Llama recites its corpus: the first reference continues a corpus sentence
         assert ref["results"][0]["output_text"].startswith(" the traffic, balances it, scales the replicas")
+
+
+def test_02_repository_filled_and_clean():
+    from scripts.lint_repository import lint
+
+    r = results.load("02_fill_model_repository")
+    assert not lint(r["repository"])
+    assert {"preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls"} <= set(r["models"])
+    assert r["triton_max_batch_size"] == 4 and r["decoupled_mode"] is False
+
+
+def test_04_triton_reproduced_the_reference_and_served_the_burst():
+    r = results.load("04_launch_triton_server")
+    assert r["greedy_text_equal"] and r["grpc_ids_equal"]
+    bench = r["bench"]
+    assert bench["triton"]["succeeded"] == bench["triton"]["requests"] == 64
+    assert bench["triton"]["tok_per_s"] > 0 and bench["offline"]["tok_per_s"] > 0

@@ -1,0 +1,105 @@
+"""Throughput of Triton's ``generate_stream`` against vLLM offline, side by side in one run.
+
+``python -m scripts.bench_triton --url http://127.0.0.1:PORT --engine_dir build/engine/vllm``
+sends N concurrent ``generate_stream`` requests of T tokens each (``end_id`` -1: no early stop) to
+the running server's ensemble, then runs the same prompts through vLLM's offline ``LLM.generate``
+in a child process, and prints both rates and their ratio. Prints one JSON line last.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import requests
+
+from scripts.tiny_model import corpus_lines
+
+
+def bench_prompts(n: int) -> list[str]:
+    """n prompts: the first words of the corpus sentences, cycled."""
+    lines = corpus_lines()
+    return [" ".join(lines[i % len(lines)].split()[:4]) for i in range(n)]
+
+
+def stream_one(url: str, prompt: str, tokens: int, model: str) -> dict:
+    body = {"text_input": prompt, "max_tokens": tokens, "end_id": -1, "stream": False}
+    start = time.monotonic()
+    with requests.post(f"{url}/v2/models/{model}/generate_stream", json=body, stream=True, timeout=300) as r:
+        events = [line for line in r.iter_lines() if line.startswith(b"data:")]
+    ok = r.status_code == 200 and events and "error" not in json.loads(events[-1][5:])
+    return {"ok": bool(ok), "status": r.status_code, "seconds": time.monotonic() - start,
+            "error": None if ok else (events[-1][5:].decode() if events else r.text)}
+
+
+def bench_triton(url: str, prompts: list[str], tokens: int, model: str = "ensemble") -> dict:
+    start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+        results = list(pool.map(lambda p: stream_one(url, p, tokens, model), prompts))
+    wall = time.monotonic() - start
+    ok = sum(r["ok"] for r in results)
+    return {"requests": len(prompts), "succeeded": ok, "wall_s": wall, "tok_per_s": ok * tokens / wall,
+            "errors": [r["error"] for r in results if not r["ok"]][:3]}
+
+
+def bench_offline(engine_dir: str, prompts: list[str], tokens: int) -> dict:
+    """vLLM offline in a child process (vLLM must be created under a __main__ guard)."""
+    cmd = [sys.executable, "-m", "scripts.bench_triton", "--offline", "--engine_dir", engine_dir,
+           "--tokens", str(tokens), "--requests", str(len(prompts))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"offline vLLM run failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
+    import os
+
+    from scripts.engine import read_engine_config, vllm_engine_kwargs, vllm_environment
+
+    config = read_engine_config(engine_dir)
+    os.environ.update(vllm_environment(config))
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(**vllm_engine_kwargs(config))
+    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
+    prompts = bench_prompts(n)
+    llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up
+    start = time.monotonic()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    wall = time.monotonic() - start
+    generated = sum(len(o.outputs[0].token_ids) for o in outs)
+    return {"requests": n, "wall_s": wall, "tok_per_s": generated / wall}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", help="Triton HTTP URL (http://127.0.0.1:PORT)")
+    p.add_argument("--engine_dir", required=True)
+    p.add_argument("--requests", type=int, default=64)
+    p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--model", default="ensemble")
+    p.add_argument("--offline", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.offline:
+        print(json.dumps(offline_main(args.engine_dir, args.requests, args.tokens)))
+        return 0
+    if not args.url:
+        p.error("--url is required")
+    prompts = bench_prompts(args.requests)
+    bench_triton(args.url, prompts[:4], args.tokens, args.model)  # warm-up
+    triton = bench_triton(args.url, prompts, args.tokens, args.model)
+    offline = bench_offline(args.engine_dir, prompts, args.tokens)
+    ratio = triton["tok_per_s"] / offline["tok_per_s"]
+    print(f"Triton generate_stream: {triton['succeeded']}/{triton['requests']} ok, {triton['tok_per_s']:.0f} output tok/s")
+    print(f"vLLM offline:           {offline['requests']} prompts, {offline['tok_per_s']:.0f} output tok/s")
+    print(f"ratio Triton / offline: {ratio:.2f}")
+    print(json.dumps({"triton": triton, "offline": offline, "ratio": ratio}))
+    return 0 if triton["succeeded"] == triton["requests"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

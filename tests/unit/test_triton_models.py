@@ -1,0 +1,124 @@
+import json
+
+import numpy as np
+import pytest
+
+from scripts import triton_models as tm
+from scripts.tiny_model import TinyLlamaSpec, train_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return train_tokenizer(TinyLlamaSpec())
+
+
+def q(*texts):
+    return np.array([[t.encode()] for t in texts], dtype=object)
+
+
+def test_word_list_format_round_trip():
+    packed = tm.to_word_list_format([[[5, 6], [7]], []])
+    assert packed.shape == (2, 2, 3)
+    assert packed[0].tolist() == [[5, 6, 7], [2, 3, -1]]
+    assert packed[1].tolist() == [[0, 0, 0], [-1, -1, -1]]
+    assert tm.from_word_list_format(packed[0]) == [[5, 6], [7]]
+    assert tm.from_word_list_format(packed[1]) == []
+
+
+def test_preprocessor_outputs_engine_tensors(tok):
+    pre = tm.Preprocessor(tok, True, 512)
+    out = pre(q("Ray Serve takes", "Triton"), np.array([[8], [4]], np.int32),
+              stop_words=np.array([[b"Triton"], [b""]], dtype=object))
+    assert out["INPUT_ID"].dtype == np.int32 and out["INPUT_ID"].shape[0] == 2
+    assert out["INPUT_ID"][0, 0] == tok.bos_token_id
+    assert out["REQUEST_INPUT_LEN"].tolist() == [[len(tok("Ray Serve takes")["input_ids"])], [len(tok("Triton")["input_ids"])]]
+    assert out["REQUEST_OUTPUT_LEN"].tolist() == [[8], [4]]
+    assert out["OUT_END_ID"].tolist() == [[tok.eos_token_id]] * 2
+    assert tm.from_word_list_format(out["STOP_WORDS_IDS"][0]) == [tok("Triton", add_special_tokens=False)["input_ids"]]
+    assert tm.from_word_list_format(out["STOP_WORDS_IDS"][1]) == []
+
+
+@pytest.mark.parametrize("text,n,message", [
+    (" ", 4, "text_input is empty"),
+    ("hello", 0, "max_tokens must be a positive number of tokens, got 0"),
+    ("hello", -3, "got -3"),
+    ("Triton " * 600, 32, "more than the model's limit of 512 tokens"),
+])
+def test_preprocessor_rejects_bad_input(tok, text, n, message):
+    with pytest.raises(ValueError, match=message):
+        tm.Preprocessor(tok, True, 512)(q(text), np.array([[n]], np.int32))
+
+
+def test_preprocessor_rejects_invalid_utf8(tok):
+    with pytest.raises(ValueError, match="not valid UTF-8"):
+        tm.Preprocessor(tok)(np.array([[b"\xff\xfe"]], dtype=object), np.array([[4]], np.int32))
+
+
+def test_postprocess_decodes_up_to_length(tok):
+    ids = tok("Ray Serve takes", add_special_tokens=False)["input_ids"]
+    tokens = np.array([[ids + [0, 0]]], np.int32)
+    out = tm.postprocess(tok, tokens, np.array([[len(ids)]], np.int32))
+    assert out.shape == (1, 1) and out[0, 0] == b"Ray Serve takes"
+
+
+def test_engine_request_greedy_by_default(tok):
+    req = tm.engine_request({"input_ids": np.array([[0, 5, 6, 9]]), "input_lengths": np.array([[3]]),
+                             "request_output_len": np.array([[8]])}, tok, 512)
+    assert req.prompt_ids == [0, 5, 6] and req.max_tokens == 8 and not req.streaming
+    assert req.sampling == {"max_tokens": 8, "temperature": 0.0}
+
+
+def test_engine_request_sampling_stop_and_eos(tok):
+    stop = tm.to_word_list_format([[tok("Triton", add_special_tokens=False)["input_ids"]]])
+    req = tm.engine_request({"input_ids": np.array([[0, 5]]), "request_output_len": np.array([[4]]),
+                             "end_id": np.array([[-1]]), "stop_words_list": stop, "runtime_top_k": np.array([[5]]),
+                             "temperature": np.array([[0.7]], np.float32), "random_seed": np.array([[3]], np.uint64),
+                             "streaming": np.array([[True]])}, tok, 512)
+    assert req.sampling["ignore_eos"] and req.sampling["stop"] == ["Triton"] and req.sampling["top_k"] == 5
+    assert req.sampling["temperature"] == pytest.approx(0.7) and req.sampling["seed"] == 3 and req.streaming
+
+
+@pytest.mark.parametrize("inputs,message", [
+    ({"input_ids": np.array([[1, 2], [3, 4]]), "request_output_len": np.array([[4], [4]])}, "one sequence per request"),
+    ({"input_ids": np.array([[1, 2]]), "request_output_len": np.array([[0]])}, "positive number of tokens"),
+    ({"input_ids": np.array([[1, 2]]), "input_lengths": np.array([[5]]), "request_output_len": np.array([[4]])}, "does not match"),
+    ({"input_ids": np.array([[1] * 500]), "request_output_len": np.array([[32]])}, "more than the model's limit"),
+    ({"input_ids": np.array([[1]]), "request_output_len": np.array([[4]]), "runtime_top_p": np.array([[1.5]])}, "top_p must be within"),
+])
+def test_engine_request_rejects_bad_input(tok, inputs, message):
+    with pytest.raises(ValueError, match=message):
+        tm.engine_request(inputs, tok, 512)
+
+
+def test_sampling_from_json():
+    assert tm.sampling_from_json(None) == {}
+    assert tm.sampling_from_json('{"max_tokens": "8", "temperature": 0}') == {"max_tokens": 8, "temperature": 0}
+    for text, message in [("{bad", "not valid JSON"), ("[1]", "must be a JSON object"),
+                          ('{"max_token": 3}', "unknown sampling_parameters"), ('{"max_tokens": -1}', "must be positive"),
+                          ('{"top_k": "x"}', "must be an integer")]:
+        with pytest.raises(ValueError, match=message):
+            tm.sampling_from_json(text)
+
+
+def test_model_parameter():
+    config = {"name": "m", "parameters": {"a": {"string_value": "x"}, "b": {"string_value": "${b}"}}}
+    assert tm.model_parameter(config, "a") == "x"
+    assert tm.model_parameter(config, "b", "d") == "d"
+    with pytest.raises(ValueError, match="lacks parameter 'c': fill the template"):
+        tm.model_parameter(config, "c")
+
+
+def test_bad_words_become_a_logit_bias(tok):
+    one = tok(" balances", add_special_tokens=False)["input_ids"]
+    assert len(one) == 1
+    req = tm.engine_request({"input_ids": np.array([[0, 5]]), "request_output_len": np.array([[4]]),
+                             "bad_words_list": tm.to_word_list_format([[one]])}, tok, 512)
+    assert req.sampling["logit_bias"] == {one[0]: -100.0}
+
+
+def test_multi_token_bad_word_is_refused_not_ignored(tok):
+    many = tok("balances", add_special_tokens=False)["input_ids"]
+    assert len(many) > 1
+    with pytest.raises(ValueError, match="bad word 'balances' is .* tokens; the cpu engine bans one-token words only"):
+        tm.engine_request({"input_ids": np.array([[0, 5]]), "request_output_len": np.array([[4]]),
+                           "bad_words_list": tm.to_word_list_format([[many]])}, tok, 512)

@@ -1,0 +1,113 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from scripts import triton_server as ts
+from scripts.lint_repository import lint
+from scripts.profiles import load_profile
+from scripts.triton_repo import ENGINE_MODEL, RepoSettings, fill_for_profile, template_values, tree
+from scripts import engine
+
+
+def command(**kw):
+    args = dict(model_repo=Path("/r"), http_port=1, grpc_port=2, metrics_port=3, backend_dir=Path("/b"),
+                shm_prefix="tut_", binary=Path("/x/pytriton/tritonserver/bin/tritonserver"))
+    return ts.ServerCommand(**(args | kw))
+
+
+def test_command_binds_loopback_and_unique_shm_prefix():
+    argv = command().argv()
+    assert argv[0].endswith("tritonserver")
+    for flag in ("--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+                 "--http-port=1", "--grpc-port=2", "--metrics-port=3", "--model-repository=/r",
+                 "--backend-directory=/b", "--backend-config=python,shm-region-prefix-name=tut_0_"):
+        assert flag in argv
+
+
+def test_container_command_has_no_backend_dir():
+    assert not any(a.startswith("--backend-directory") for a in command(backend_dir=None).argv())
+
+
+def test_world_size_uses_mpirun_one_rank_each():
+    argv = command(world_size=2).argv()
+    assert argv[:2] == ["mpirun", "--allow-run-as-root"] and argv.count("-n") == 2 and argv.count(":") == 1
+    assert "--backend-config=python,shm-region-prefix-name=tut_1_" in argv
+    assert "--load-model=tensorrt_llm" in argv
+
+
+def test_environment_puts_this_venv_first_and_wheel_libs(monkeypatch):
+    env = command().environment({"PATH": "/usr/bin"})
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert env["LC_ALL"] == "C.UTF-8" and "nvidia_pytriton.libs" in env["LD_LIBRARY_PATH"]
+
+
+def test_free_ports_differ():
+    assert len({ts.free_port() for _ in range(5)}) == 5
+
+
+def test_backend_dir_has_stub_and_vllm_backend(tmp_path):
+    d = ts.prepare_backend_dir(tmp_path / "backends")
+    assert (d / "python" / "triton_python_backend_stub").is_file()
+    assert (d / "python" / "libtriton_python.so").is_file()
+    assert (d / "vllm" / "model.py").read_text().count("TritonPythonModel")
+
+
+def test_missing_repository_says_to_fill_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="fill it first"):
+        ts.TritonServer(tmp_path / "none")
+
+
+def test_start_failure_reports_log_tail_and_cleans_up(build_root, tmp_path):
+    bad = tmp_path / "repo" / "broken"
+    (bad / "1").mkdir(parents=True)
+    (bad / "config.pbtxt").write_text('name: "broken"\nbackend: "python"\nthis is not protobuf\n')
+    server = ts.TritonServer(tmp_path / "repo", exit_timeout_s=1)
+    with pytest.raises(ts.TritonStartError, match="exited with status"):
+        server.start(timeout_s=60)
+    assert not server.group_members() and not server.leftover_shm()
+
+
+def test_live_group_members_excludes_zombies():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        assert ts.live_group_members(child.pid) == [child.pid]
+        os.killpg(child.pid, signal.SIGKILL)
+        time.sleep(0.3)  # a zombie until reaped
+        assert ts.live_group_members(child.pid) == []
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_fill_for_cpu_profile_lints_clean(build_root):
+    profile = load_profile("cpu")
+    engine.write_engine_config(profile)
+    out = fill_for_profile(profile)
+    repo = Path(out["repository"])
+    assert out["models"] == ["ensemble", "postprocessing", "preprocessing", "tensorrt_llm_bls", "vllm_engine", "vllm_model"]
+    assert not lint(repo), lint(repo)
+    assert 'model_name: "vllm_engine"' in (repo / "ensemble" / "config.pbtxt").read_text()
+    assert (repo / "vllm_model" / "1" / "model.json").is_file()
+    assert "vllm_engine/" in tree(repo)
+
+
+def test_fill_for_gpu_profile_lints_clean(build_root):
+    profile = load_profile("gpu-trtllm")
+    engine.write_engine_config(profile)
+    repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=True))["repository"])
+    assert not lint(repo), lint(repo)
+    config = (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    assert 'backend: "tensorrtllm"' in config and "decoupled: true" in config
+    assert f'string_value: "{build_root}/engine/trtllm"' in config
+    assert not (repo / "vllm_model").exists()
+
+
+def test_template_values_pick_the_engine_model():
+    values = template_values({"engine": "vllm", "model_dir": "/m", "max_model_len": 64, "_engine_dir": "/e"}, RepoSettings())
+    assert values["ensemble"]["engine_model_name"] == ENGINE_MODEL["vllm"] == "vllm_engine"
+    assert values["vllm_engine"]["engine_dir"] == "/e" and values["preprocessing"]["max_model_len"] == 64
