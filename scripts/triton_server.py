@@ -17,6 +17,7 @@ and this repository's Python-based ``vllm`` backend. ``gpu-trtllm`` runs the NGC
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import shutil
 import signal
@@ -67,12 +68,20 @@ def prepare_backend_dir(dest: Path | None = None) -> Path:
     python_dir.mkdir(parents=True, exist_ok=True)
     wheel_python = envcheck.pytriton_root() / "backends" / "python"
     for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        shutil.copy2(wheel_python / name, python_dir / name)
-    shutil.copy2(envcheck.python_backend_stub(), python_dir / "triton_python_backend_stub")
+        install_file(wheel_python / name, python_dir / name)
+    install_file(envcheck.python_backend_stub(), python_dir / "triton_python_backend_stub")
     for backend in sorted(p for p in PYTHON_BASED_BACKENDS.iterdir() if (p / "model.py").is_file()):
         (dest / backend.name).mkdir(exist_ok=True)
-        shutil.copy2(backend / "model.py", dest / backend.name / "model.py")
+        install_file(backend / "model.py", dest / backend.name / "model.py")
     return dest
+
+
+def install_file(src: Path, dst: Path) -> None:
+    """Copy beside the target, then rename over it: a running server's stub ("text file busy")
+    keeps its old inode, and a second server (a Serve replica, say) gets a complete file."""
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
 
 
 @dataclass
@@ -173,6 +182,8 @@ class TritonServer:
         self.process = subprocess.Popen(self.command.argv(), stdout=log, stderr=subprocess.STDOUT,
                                         env=self.command.environment(), start_new_session=True)
         log.close()
+        # A notebook kernel or script that dies before its teardown still stops the server on exit.
+        atexit.register(self.stop)
         try:
             self.wait_ready(timeout_s)
         except BaseException:
@@ -217,6 +228,7 @@ class TritonServer:
         """SIGTERM, wait the exit timeout plus a grace period, then SIGKILL whatever is left of the group."""
         if self.process is None:
             return
+        atexit.unregister(self.stop)
         pgid = self.process.pid
         if self.process.poll() is None:
             os.killpg(pgid, signal.SIGTERM)

@@ -111,3 +111,29 @@ def test_template_values_pick_the_engine_model():
     values = template_values({"engine": "vllm", "model_dir": "/m", "max_model_len": 64, "_engine_dir": "/e"}, RepoSettings())
     assert values["ensemble"]["engine_model_name"] == ENGINE_MODEL["vllm"] == "vllm_engine"
     assert values["vllm_engine"]["engine_dir"] == "/e" and values["preprocessing"]["max_model_len"] == 64
+
+
+def test_backend_dir_can_be_prepared_while_a_stub_runs(tmp_path):
+    d = ts.prepare_backend_dir(tmp_path / "backends")
+    stub = d / "python" / "triton_python_backend_stub"
+    running = subprocess.Popen([str(stub)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        ts.prepare_backend_dir(tmp_path / "backends")  # no "Text file busy"
+        assert stub.is_file()
+    finally:
+        running.kill()
+        running.wait()
+
+
+def test_server_left_running_is_stopped_at_interpreter_exit(tmp_path, build_root):
+    code = (
+        "import sys; from scripts.triton_server import TritonServer\n"
+        f"s = TritonServer({str(tmp_path / 'repo')!r}, exit_timeout_s=1)\n"
+        "s.start(timeout_s=60); print(s.pid, flush=True)\n"  # exits without stop()
+    )
+    (tmp_path / "repo").mkdir()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=os.environ | {"TUTORIAL_BUILD_DIR": str(build_root)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    pid = int(out.stdout.split()[0])
+    assert ts.live_group_members(pid) == []
