@@ -175,7 +175,26 @@ class TritonServer:
     def pid(self) -> int | None:
         return self.process.pid if self.process else None
 
-    def start(self, timeout_s: float = 180) -> "TritonServer":
+    def start(self, timeout_s: float = 180, retries: int = 0) -> "TritonServer":
+        """Start and wait until ready. ``retries``: start again (new ports, new log) after a crash.
+
+        On two cores under load the 2.51 Python backend has been seen to abort during model load
+        (``boost::interprocess::lock_exception``); a retry is reported on stderr, never silent.
+        """
+        for attempt in range(retries + 1):
+            try:
+                return self._start_once(timeout_s)
+            except TritonStartError as exc:
+                crashed = self.process is not None and self.process.returncode is not None and self.process.returncode < 0
+                if attempt == retries or not crashed:
+                    raise
+                print(f"tritonserver crashed during start-up, starting it again:\n{exc}", file=sys.stderr, flush=True)
+                self.command.http_port, self.command.grpc_port, self.command.metrics_port = free_port(), free_port(), free_port()
+                self.log_path = self.log_path.with_name(f"tritonserver-{self.command.http_port}.log")
+                self.process = None
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> "TritonServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         # Own session: the stubs (and the vLLM engine processes they spawn) share the group we stop.

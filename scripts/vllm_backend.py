@@ -28,7 +28,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scripts.engine import read_engine_config, vllm_engine_kwargs, vllm_environment
-from scripts.triton_models import decode_texts, engine_request, is_true, model_parameter, sampling_from_json
+from scripts.triton_models import decode_texts, engine_request, model_parameter, sampling_from_json
 
 TOKEN_MODE_INPUTS = {"input_ids"}
 
@@ -71,7 +71,6 @@ class TritonPythonModel:
         self.thread.start()
         self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs))).result()
         self.active: set[str] = set()
-        self.logger = pb_utils.Logger
 
     async def _make_engine(self, cls, engine_args):
         return cls.from_engine_args(engine_args)

@@ -137,3 +137,35 @@ def test_server_left_running_is_stopped_at_interpreter_exit(tmp_path, build_root
     assert out.returncode == 0, out.stderr[-2000:]
     pid = int(out.stdout.split()[0])
     assert ts.live_group_members(pid) == []
+
+
+def test_start_retries_once_after_a_crash_and_says_so(build_root, tmp_path, monkeypatch, capsys):
+    (tmp_path / "repo").mkdir()
+    server = ts.TritonServer(tmp_path / "repo")
+    first_port = server.command.http_port
+    calls = []
+
+    def fake_start_once(timeout_s):
+        calls.append(server.command.http_port)
+        if len(calls) == 1:
+            server.process = type("P", (), {"returncode": -6})()
+            raise ts.TritonStartError("exited with status -6: boost::interprocess::lock_exception")
+        return server
+
+    monkeypatch.setattr(server, "_start_once", fake_start_once)
+    assert server.start(retries=1) is server
+    assert len(calls) == 2 and calls[1] != first_port
+    assert "crashed during start-up, starting it again" in capsys.readouterr().err
+
+
+def test_start_does_not_retry_a_plain_failure(build_root, tmp_path, monkeypatch):
+    (tmp_path / "repo").mkdir()
+    server = ts.TritonServer(tmp_path / "repo")
+
+    def fail(timeout_s):
+        server.process = type("P", (), {"returncode": 1})()
+        raise ts.TritonStartError("exited with status 1")
+
+    monkeypatch.setattr(server, "_start_once", fail)
+    with pytest.raises(ts.TritonStartError, match="status 1"):
+        server.start(retries=3)
