@@ -2,8 +2,6 @@
 import json
 from pathlib import Path
 
-import pytest
-
 from scripts import results
 from scripts.engine import read_engine_config
 from scripts.run import reference_path
@@ -53,3 +51,24 @@ def test_04_triton_reproduced_the_reference_and_served_the_burst():
     bench = r["bench"]
     assert bench["triton"]["succeeded"] == bench["triton"]["requests"] == 64
     assert bench["triton"]["tok_per_s"] > 0 and bench["offline"]["tok_per_s"] > 0
+
+
+def test_06_conflicts_reproduced_and_fixed():
+    r = results.load("06_troubleshoot_gpu_resources")
+    gpus = r["gpus"]
+    assert gpus >= 1
+    assert r["findings"] == {"1": ["unschedulable_replica"], "2": ["max_replicas"], "3": ["min_replicas"],
+                             "4": ["missing_resource"]}
+    pending = r["pending"]
+    assert set(pending) == {"1_pending", "2_pending", "3_pending", "4_pending"}
+    assert pending["2_pending"].get("RUNNING") == gpus and pending["2_pending"].get("STARTING") == 1
+    for key in ("1_pending", "3_pending", "4_pending"):
+        assert pending[key] == {"STARTING": 1}
+    for message in r["serve_messages"].values():
+        assert "to be scheduled" in message and "Resources required for each replica" in message
+    running = r["running"]
+    assert running["2_fixed"] == running["3_holder"] == running["3_fixed_holder"] == gpus
+    assert running["1_fixed"] == running["1_placement_group"] == running["4_fixed"] == 1
+    assert running["override_too_big"] == running["override_picky"] == 1
+    assert 1 <= r["max_safe_instance_count"] < r["instance_count"]
+    assert r["max_safe_instance_count_shared"] <= r["max_safe_instance_count"] // 2

@@ -1,0 +1,123 @@
+"""Unit tests for scripts.ray_conflicts (no Ray cluster: statuses are faked)."""
+import enum
+import socket
+from types import SimpleNamespace as NS
+
+import pytest
+
+from scripts import ray_conflicts as rc
+from scripts.capacity import check_capacity, parse_cluster
+
+
+def dep_status(status="UPDATING", replicas=None, message=""):
+    return NS(status=NS(value=status), replica_states=replicas or {}, message=message)
+
+
+def serve_status(app="a", app_status="DEPLOYING", deployments=None):
+    return NS(applications={app: NS(status=NS(value=app_status), deployments=deployments or {})})
+
+
+State = enum.Enum("State", {"STARTING": "STARTING", "RUNNING": "RUNNING"})
+
+MSG = ("Deployment 'Ok' in application 'a' has 1 replicas that have taken more than 3s to be scheduled. "
+       "This may be due to waiting for the cluster to auto-scale or for a runtime environment to be installed. "
+       'Resources required for each replica: {"CPU": 1, "GPU": 3}, total resources available: {"CPU": 8, "GPU": 2}. '
+       "Use `ray status` for more details.")
+
+
+def test_free_port_is_bindable():
+    port = rc.free_port()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_serve_config_and_options_roundtrip():
+    dep = {"name": "Ok", "num_replicas": 2, "ray_actor_options": {"num_gpus": 0.5}}
+    cfg = rc.serve_config("a", dep)
+    assert cfg["applications"][0]["name"] == "a" and cfg["applications"][0]["route_prefix"] == "/a"
+    assert cfg["applications"][0]["deployments"] == [dep]
+    opts = rc.deployment_options(dep)
+    assert opts == dep and opts["ray_actor_options"] is not dep["ray_actor_options"]
+    both = rc.merge_configs(cfg, rc.serve_config("b", dict(dep, name="Other")))
+    assert [a["name"] for a in both["applications"]] == ["a", "b"]
+    with pytest.raises(rc.ConflictSetupError, match="at least one deployment"):
+        rc.serve_config("a")
+
+
+def test_deployment_options_rejects_unknown_keys():
+    with pytest.raises(rc.ConflictSetupError, match="'num_gpus'"):
+        rc.deployment_options({"name": "Ok", "num_gpus": 1})
+    with pytest.raises(rc.ConflictSetupError, match="lacks 'name'"):
+        rc.deployment_options({"num_replicas": 1})
+    bundles = {"name": "Tp", "placement_group_bundles": [{"CPU": 1, "GPU": 1}, {"GPU": 1}],
+               "placement_group_strategy": "STRICT_PACK", "autoscaling_config": None}
+    assert "autoscaling_config" not in rc.deployment_options(bundles)
+
+
+def test_app_state_pending_and_running():
+    pending = rc.app_state(serve_status(deployments={"Ok": dep_status(replicas={State.STARTING: 1}, message=MSG)}), "a")
+    assert (pending.app_status, pending.deployment_status, pending.running, pending.not_ready) == ("DEPLOYING", "UPDATING", 0, 1)
+    assert pending.scheduling_message and rc.pending_with_message(0)(pending) and not rc.all_running(1)(pending)
+    assert "replicas: STARTING 1" in pending.format() and "message: Deployment 'Ok'" in pending.format()
+    running = rc.app_state(serve_status(app_status="RUNNING", deployments={"Ok": dep_status("HEALTHY", {"RUNNING": 2})}), "a")
+    assert rc.all_running(2)(running) and not rc.all_running(1)(running) and "message" not in running.format()
+    assert rc.app_state(NS(applications={}), "a").app_status == "NOT_STARTED"
+    with pytest.raises(rc.ConflictSetupError, match="2 deployments"):
+        rc.app_state(serve_status(deployments={"x": dep_status(), "y": dep_status()}), "a")
+
+
+def test_wait_for_app_polls_and_times_out():
+    states = iter([serve_status(), serve_status(deployments={"Ok": dep_status("HEALTHY", {"RUNNING": 1})}, app_status="RUNNING")])
+    now = [0.0]
+
+    def sleep(s):
+        now[0] += s
+
+    state, waited = rc.wait_for_app("a", rc.all_running(1), 10, status_fn=lambda: next(states),
+                                    clock=lambda: now[0], sleep=sleep)
+    assert state.running == 1 and waited == 0.5
+    with pytest.raises(TimeoutError, match="application a: DEPLOYING"):
+        rc.wait_for_app("a", rc.all_running(1), 2, status_fn=serve_status, clock=lambda: now[0], sleep=sleep)
+
+
+def test_demands_from_status_merges_and_drops_node_keys():
+    by = lambda bundle, n: NS(bundle=bundle, count=n)  # noqa: E731
+    status = NS(resource_demands=NS(
+        ray_task_actor_demand=[NS(bundles_by_count=[by({"GPU": 1.0, "CPU": 1.0}, 1)]),
+                               NS(bundles_by_count=[by({"CPU": 1.0, "GPU": 1.0, "node:127.0.0.1": 0.001}, 2)])],
+        placement_group_demand=[NS(bundles_by_count=[by({"GPU": 3.0}, 1)])]))
+    demands = rc.demands_from_status(status)
+    assert demands == [({"CPU": 1.0, "GPU": 1.0}, 3), ({"GPU": 3.0}, 1)]
+    text = rc.format_demands(demands)
+    assert text.splitlines() == ["Demands:", " {'CPU': 1.0, 'GPU': 1.0}: 3+ pending tasks/actors",
+                                 " {'GPU': 3.0}: 1+ pending tasks/actors"]
+    assert "no resource demands" in rc.format_demands([])
+
+
+def test_controller_log_lines(tmp_path):
+    (tmp_path / "controller_1.log").write_text("INFO up\nWARNING x to be scheduled a\nWARNING x to be scheduled b\n")
+    assert rc.controller_log_lines(log_dir=tmp_path, limit=1) == ["WARNING x to be scheduled b"]
+    assert rc.controller_log_lines("nothing", log_dir=tmp_path) == []
+
+
+def test_checker_agrees_with_observed_states():
+    cluster = parse_cluster({"nodes": [{"name": "head", "CPU": 8, "GPU": 2}]})
+    peak = {"name": "Ok", "autoscaling_config": {"min_replicas": 1, "max_replicas": 3, "initial_replicas": 3},
+            "ray_actor_options": {"num_gpus": 1}}
+    report = check_capacity(rc.serve_config("a", peak), cluster)
+    two_of_three = rc.AppState("a", "DEPLOYING", "Ok", "UPDATING", {"RUNNING": 2, "STARTING": 1})
+    assert rc.checker_agrees(report, "Ok", two_of_three)
+    assert not rc.checker_agrees(report, "Ok", rc.AppState("a", "RUNNING", "Ok", "HEALTHY", {"RUNNING": 3}))
+    too_big = check_capacity(rc.serve_config("a", {"name": "Big", "ray_actor_options": {"num_gpus": 3}}), cluster)
+    assert rc.checker_agrees(too_big, "Big", rc.AppState("a", "DEPLOYING", "Big", "UPDATING", {"STARTING": 1}))
+
+
+def test_pending_replica_actors_from_actor_table():
+    table = {"1": {"ActorClassName": "ServeReplica:a:Ok", "State": "PENDING_CREATION"},
+             "2": {"ActorClassName": "ServeReplica:a:Ok", "State": "ALIVE"},
+             "3": {"ActorClassName": "ServeController", "State": "PENDING_CREATION"}}
+    assert rc.pending_replica_actors(table) == ["ServeReplica:a:Ok"]
+
+
+def test_sorted_json_objects():
+    assert rc.sorted_json_objects('x {"GPU": 2.0, "CPU": 8.0}. {bad} y') == 'x {"CPU": 8.0, "GPU": 2.0}. {bad} y'
