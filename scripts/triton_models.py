@@ -87,6 +87,20 @@ def from_word_list_format(words: np.ndarray) -> list[list[int]]:
     return out
 
 
+def check_prompt_text(text: str) -> None:
+    if not text.strip():
+        raise ValueError("text_input is empty: send a prompt with at least one non-space character")
+
+
+def check_request_size(prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> None:
+    """``max_tokens`` positive, and prompt plus output within the model's length (0: no limit)."""
+    if max_tokens is None or max_tokens <= 0:
+        raise ValueError(f"max_tokens must be a positive number of tokens, got {max_tokens}")
+    if max_model_len and prompt_tokens + max_tokens > max_model_len:
+        raise ValueError(f"the prompt has {prompt_tokens} tokens and max_tokens is {max_tokens}: together more than the "
+                         f"model's limit of {max_model_len} tokens; shorten the prompt or lower max_tokens")
+
+
 @dataclass
 class Preprocessor:
     """Tokenizes a batch of prompts into the engine's tensors (TensorRT-LLM's preprocessing contract)."""
@@ -103,15 +117,9 @@ class Preprocessor:
         lengths = np.asarray(output_len).reshape(batch, -1)[:, 0].astype(np.int64)
         ids = []
         for i, text in enumerate(texts):
-            if not text.strip():
-                raise ValueError("text_input is empty: send a prompt with at least one non-space character")
-            n = int(lengths[i])
-            if n <= 0:
-                raise ValueError(f"max_tokens must be a positive number of tokens, got {n}")
+            check_prompt_text(text)
             tokens = self.tokenizer(text, add_special_tokens=self.add_special_tokens)["input_ids"]
-            if self.max_model_len and len(tokens) + n > self.max_model_len:
-                raise ValueError(f"the prompt has {len(tokens)} tokens and max_tokens is {n}: together more than the "
-                                 f"model's limit of {self.max_model_len} tokens; shorten the prompt or lower max_tokens")
+            check_request_size(len(tokens), int(lengths[i]), self.max_model_len)
             ids.append(tokens)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
@@ -181,11 +189,7 @@ def engine_request(inputs: dict[str, np.ndarray], tokenizer: Any, max_model_len:
         raise ValueError(f"input_lengths {length} does not match input_ids of length {len(ids)}")
     prompt = [int(t) for t in ids[:length]]
     max_tokens = scalar(inputs.get("request_output_len"), int)
-    if max_tokens is None or max_tokens <= 0:
-        raise ValueError(f"request_output_len (max_tokens) must be a positive number of tokens, got {max_tokens}")
-    if len(prompt) + max_tokens > max_model_len:
-        raise ValueError(f"the prompt has {len(prompt)} tokens and max_tokens is {max_tokens}: together more than "
-                         f"the model's limit of {max_model_len} tokens; shorten the prompt or lower max_tokens")
+    check_request_size(len(prompt), max_tokens, max_model_len)
     sampling: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0}
     end_id = scalar(inputs.get("end_id"), int)
     if end_id is not None:

@@ -28,16 +28,15 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scripts.engine import read_engine_config, vllm_engine_kwargs, vllm_environment
-from scripts.triton_models import decode_texts, engine_request, model_parameter, sampling_from_json
+from scripts.triton_models import (check_prompt_text, check_request_size, decode_texts, engine_request,
+                                   model_parameter, sampling_from_json)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
 
 
 def invalid(message: str):
     """An error response the client sees as a 4xx (INVALID_ARG)."""
-    code = getattr(pb_utils.TritonError, "INVALID_ARG", None)
-    error = pb_utils.TritonError(message, code) if code is not None else pb_utils.TritonError(message)
-    return pb_utils.InferenceResponse(output_tensors=[], error=error)
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
 
 
 class TritonPythonModel:
@@ -133,8 +132,7 @@ class TritonPythonModel:
 
     def _text_request(self, request):
         text = decode_texts(pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1, 1), "text_input")[0]
-        if not text.strip():
-            raise ValueError("text_input is empty: send a prompt with at least one non-space character")
+        check_prompt_text(text)
         get = lambda n: pb_utils.get_input_tensor_by_name(request, n)  # noqa: E731
         raw = get("sampling_parameters")
         params = sampling_from_json(decode_texts(raw.as_numpy().reshape(-1, 1), "sampling_parameters")[0] if raw is not None else None)
@@ -142,10 +140,7 @@ class TritonPythonModel:
         exclude = get("exclude_input_in_output")
         exclude = bool(exclude.as_numpy().reshape(-1)[0]) if exclude is not None else False
         params.setdefault("temperature", 0.0)
-        n_prompt = len(self.tokenizer(text)["input_ids"])
-        if self.max_model_len and n_prompt + params.get("max_tokens", 16) > self.max_model_len:
-            raise ValueError(f"the prompt has {n_prompt} tokens and max_tokens is {params.get('max_tokens', 16)}: together "
-                             f"more than the model's limit of {self.max_model_len} tokens")
+        check_request_size(len(self.tokenizer(text)["input_ids"]), params.get("max_tokens", 16), self.max_model_len)
         return text, self.SamplingParams(**params), stream, exclude
 
     def _response(self, prompt, completion, exclude_prompt=False):
