@@ -95,3 +95,43 @@ def tree(path: Path, root: Path | None = None) -> str:
 
     walk(path, "")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class RepositoryFacts:
+    """What a client of the filled ensemble needs to know, read from the repository itself."""
+
+    tokenizer_dir: str
+    max_model_len: int
+    engine_model: str
+    decoupled: bool
+
+
+def read_model_config(repo: Path, model: str):
+    """``<repo>/<model>/config.pbtxt`` parsed into Triton's ``ModelConfig`` protobuf."""
+    from google.protobuf import text_format  # noqa: PLC0415
+    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
+
+    path = Path(repo) / model / "config.pbtxt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist: fill the repository first (notebook 02)")
+    config = model_config_pb2.ModelConfig()
+    try:
+        text_format.Parse(path.read_text(), config)
+    except text_format.ParseError as exc:
+        raise ValueError(f"{path} does not parse ({exc}): run scripts.lint_repository on it") from None
+    return config
+
+
+def repository_facts(repo: Path, ensemble: str = "ensemble") -> RepositoryFacts:
+    """Tokenizer, length limit and streaming ability of an ensemble, from its filled configs."""
+    config = read_model_config(repo, ensemble)
+    steps = [s.model_name for s in config.ensemble_scheduling.step]
+    engines = [s for s in steps if s not in ("preprocessing", "postprocessing")]
+    if "preprocessing" not in steps or len(engines) != 1:
+        raise ValueError(f"{ensemble} in {repo} should run preprocessing, one engine model and postprocessing; its steps are {steps}")
+    pre = read_model_config(repo, "preprocessing").parameters
+    engine = read_model_config(repo, engines[0])
+    return RepositoryFacts(tokenizer_dir=pre["tokenizer_dir"].string_value,
+                           max_model_len=int(pre["max_model_len"].string_value or 0),
+                           engine_model=engines[0], decoupled=engine.model_transaction_policy.decoupled)

@@ -1,0 +1,309 @@
+"""The OpenAI-compatible request and response shapes of the Serve application (no Ray, no Triton).
+
+:func:`parse_chat_request` and :func:`parse_completion_request` take the raw HTTP body and return
+a validated request, or raise :class:`OpenAIError` with the status and the OpenAI error object
+(``{"error": {"message", "type", "param", "code"}}``) that the official clients understand.
+:func:`chat_prompt` renders messages with the tokenizer's chat template; the ``chat_*`` and
+``completion_*`` builders make the JSON bodies and the Server-Sent Events chunks.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+
+#: Most stop sequences a request may give (OpenAI's limit).
+MAX_STOP_SEQUENCES = 4
+
+
+class OpenAIError(Exception):
+    """A client error, rendered as OpenAI's error object with an HTTP status."""
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.type = status, message, param, code, type
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class _Strict(BaseModel):
+    # Unknown fields are ignored, as OpenAI's servers do for fields they do not use.
+    model_config = ConfigDict(extra="ignore")
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "user", "assistant"]
+    content: StrictStr
+
+
+class StreamOptions(_Strict):
+    include_usage: StrictBool = False
+
+
+class _Sampling(_Strict):
+    model: Optional[StrictStr] = None
+    max_tokens: Optional[StrictInt] = None
+    max_completion_tokens: Optional[StrictInt] = None
+    temperature: StrictFloat = Field(1.0, ge=0, le=2)
+    top_p: StrictFloat = Field(1.0, gt=0, le=1)
+    stop: Union[StrictStr, list[StrictStr], None] = None
+    stream: StrictBool = False
+    stream_options: Optional[StreamOptions] = None
+    seed: Optional[StrictInt] = None
+    presence_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
+    frequency_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
+    n: StrictInt = 1
+
+
+class ChatCompletionRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+
+
+class CompletionRequest(_Sampling):
+    prompt: StrictStr
+
+
+@dataclass
+class Generation:
+    """What one validated request asks the engine for."""
+
+    kind: Literal["chat", "completion"]
+    model: str
+    prompt: str
+    max_tokens: Optional[int]
+    temperature: float
+    top_p: float
+    stop: list[str]
+    stream: bool
+    include_usage: bool
+    seed: Optional[int]
+    presence_penalty: float
+    frequency_penalty: float
+    created: int = field(default_factory=lambda: int(time.time()))
+    id: str = ""
+
+    def __post_init__(self):
+        if not self.id:
+            prefix = "chatcmpl" if self.kind == "chat" else "cmpl"
+            self.id = f"{prefix}-{uuid.uuid4().hex}"
+
+
+def decode_body(body: bytes) -> Any:
+    """The JSON value of a request body; 400 for a body that is not UTF-8 or not JSON."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise OpenAIError(400, f"the request body is not valid UTF-8 (byte {exc.start}): send JSON encoded as UTF-8") from None
+    if not text.strip():
+        raise OpenAIError(400, "the request body is empty: send a JSON object")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OpenAIError(400, f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def _validation_error(exc: ValidationError) -> OpenAIError:
+    """The first problem pydantic found, as a message naming the field and what it must be."""
+    err = exc.errors()[0]
+    field_path = err["loc"][: next((i for i, p in enumerate(err["loc"]) if p in _UNION_BRANCHES), len(err["loc"]))]
+    param = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in field_path).lstrip(".") or None
+    if err["type"] == "missing":
+        return OpenAIError(400, f"'{param}' is required", param=param)
+    got = err.get("input")
+    shown = json.dumps(got)[:80] if not isinstance(got, dict) else "an object"
+    if param in _UNION_MESSAGES:
+        return OpenAIError(400, f"'{param}' must be {_UNION_MESSAGES[param]} (got {shown})", param=param)
+    return OpenAIError(400, f"'{param}': {err['msg'].rstrip('.')} (got {shown})", param=param)
+
+
+# pydantic names the branches of a union in an error's location; the messages name the field.
+_UNION_BRANCHES = {"str", "list[str]"}
+_UNION_MESSAGES = {"stop": "a string or a list of strings"}
+
+
+def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> tuple[_Sampling, Generation]:
+    data = decode_body(body)
+    if not isinstance(data, dict):
+        raise OpenAIError(400, f"the request body must be a JSON object, got {type(data).__name__}")
+    try:
+        req = cls.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(exc) from None
+    if req.model is not None and req.model != served_model:
+        raise OpenAIError(404, f"the model '{req.model}' does not exist: this server serves '{served_model}' (GET /v1/models)",
+                          param="model", code="model_not_found")
+    if req.n != 1:
+        raise OpenAIError(400, f"'n' must be 1 (one choice per request), got {req.n}", param="n")
+    if req.max_tokens is not None and req.max_completion_tokens is not None and req.max_tokens != req.max_completion_tokens:
+        raise OpenAIError(400, "give 'max_tokens' or 'max_completion_tokens', not two different values", param="max_tokens")
+    max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
+    if max_tokens is not None and max_tokens <= 0:
+        raise OpenAIError(400, f"'max_tokens' must be at least 1, got {max_tokens}", param="max_tokens")
+    stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
+    if len(stop) > MAX_STOP_SEQUENCES or any(not s for s in stop):
+        raise OpenAIError(400, f"'stop' takes up to {MAX_STOP_SEQUENCES} non-empty strings, got {stop!r}", param="stop")
+    gen = Generation(kind=kind, model=served_model, prompt="", max_tokens=max_tokens, temperature=float(req.temperature),
+                     top_p=float(req.top_p), stop=stop, stream=req.stream,
+                     include_usage=bool(req.stream_options and req.stream_options.include_usage), seed=req.seed,
+                     presence_penalty=float(req.presence_penalty), frequency_penalty=float(req.frequency_penalty))
+    return req, gen
+
+
+def parse_chat_request(body: bytes, served_model: str, tokenizer: Any) -> Generation:
+    """A validated ``/v1/chat/completions`` request, its prompt rendered with the chat template."""
+    req, gen = _parse(ChatCompletionRequest, body, served_model, "chat")
+    for i, message in enumerate(req.messages):
+        if not message.content.strip():
+            raise OpenAIError(400, f"'messages[{i}].content' is empty: every message needs some text", param=f"messages[{i}].content")
+    if req.messages[-1].role == "assistant":
+        raise OpenAIError(400, "the last message is the assistant's: end with a 'user' message", param="messages")
+    gen.prompt = chat_prompt(tokenizer, [m.model_dump() for m in req.messages])
+    return gen
+
+
+def parse_completion_request(body: bytes, served_model: str) -> Generation:
+    """A validated ``/v1/completions`` request."""
+    req, gen = _parse(CompletionRequest, body, served_model, "completion")
+    if not req.prompt.strip():
+        raise OpenAIError(400, "'prompt' is empty: send some text", param="prompt")
+    gen.prompt = req.prompt
+    return gen
+
+
+def adds_bos(tokenizer: Any) -> bool:
+    """Whether tokenizing text puts the BOS token in front (Llama tokenizers do)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    return bos is not None and tokenizer("a")["input_ids"][:1] == [bos]
+
+
+def chat_prompt(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+    """The prompt text for ``messages``: the tokenizer's chat template with the assistant's turn opened.
+
+    Llama chat templates start with the BOS token, and Triton's preprocessing model tokenizes
+    with ``add_special_tokens`` (so plain prompts get their BOS). Sending the rendered template
+    as it is would start the prompt with two BOS tokens and change the answer: the template's
+    one is dropped here when the tokenizer adds its own.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise OpenAIError(400, "this model has no chat template: use /v1/completions with a plain prompt")
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    bos = getattr(tokenizer, "bos_token", None)
+    if bos and text.startswith(bos) and adds_bos(tokenizer):
+        text = text[len(bos):]
+    return text
+
+
+def resolve_max_tokens(gen: Generation, prompt_tokens: int, max_model_len: int, default_max_tokens: int) -> int:
+    """``max_tokens`` checked against the model's length; unset: the default, capped by what is left."""
+    room = max_model_len - prompt_tokens
+    if room <= 0:
+        raise OpenAIError(400, f"the prompt has {prompt_tokens} tokens, the model's limit is {max_model_len}: shorten it",
+                          param="messages" if gen.kind == "chat" else "prompt", code="context_length_exceeded")
+    if gen.max_tokens is None:
+        return min(default_max_tokens, room)
+    if gen.max_tokens > max_model_len:
+        raise OpenAIError(400, f"'max_tokens' is {gen.max_tokens}, more than the model's limit of {max_model_len} tokens",
+                          param="max_tokens")
+    if gen.max_tokens > room:
+        raise OpenAIError(400, f"the prompt has {prompt_tokens} tokens and 'max_tokens' is {gen.max_tokens}: together more "
+                          f"than the model's limit of {max_model_len}; lower max_tokens to at most {room}",
+                          param="max_tokens", code="context_length_exceeded")
+    return gen.max_tokens
+
+
+def finish_reason(completion_tokens: int, max_tokens: int) -> str:
+    return "length" if completion_tokens >= max_tokens else "stop"
+
+
+class StopTrimmer:
+    """Cut the text at the first stop sequence, as OpenAI does (the engine returns it with the text).
+
+    Streaming-safe: :meth:`feed` passes text on as soon as it cannot be the start of a stop
+    sequence; :meth:`finish` returns what was held back.
+    """
+
+    def __init__(self, stops: Iterable[str]):
+        self.stops = [s for s in stops if s]
+        self.hold = max((len(s) for s in self.stops), default=1) - 1
+        self.buffer = ""
+        self.stopped = False
+
+    def feed(self, text: str) -> str:
+        if self.stopped:
+            return ""
+        self.buffer += text
+        cuts = [i for i in (self.buffer.find(s) for s in self.stops) if i >= 0]
+        if cuts:
+            out, self.buffer, self.stopped = self.buffer[:min(cuts)], "", True
+            return out
+        keep = min(self.hold, len(self.buffer))
+        out, self.buffer = self.buffer[:len(self.buffer) - keep], self.buffer[len(self.buffer) - keep:]
+        return out
+
+    def finish(self) -> str:
+        out, self.buffer = self.buffer, ""
+        return out
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}
+
+
+def response_body(gen: Generation, text: str, reason: str, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    """The whole (non-streaming) response of a chat or text completion."""
+    if gen.kind == "chat":
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": reason}
+        obj = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
+        obj = "text_completion"
+    return {"id": gen.id, "object": obj, "created": gen.created, "model": gen.model, "choices": [choice],
+            "usage": usage(prompt_tokens, completion_tokens)}
+
+
+def chunk_body(gen: Generation, *, text: str | None = None, reason: str | None = None, role: bool = False,
+               usage_counts: dict[str, int] | None = None) -> dict[str, Any]:
+    """One streamed chunk: a role opener, a text delta, the finish reason, or (no choices) the usage."""
+    if usage_counts is not None:
+        choices = []
+    elif gen.kind == "chat":
+        delta: dict[str, str] = {"role": "assistant"} if role else {}
+        if text is not None:
+            delta["content"] = text
+        choices = [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": reason}]
+    else:
+        choices = [{"index": 0, "text": text or "", "logprobs": None, "finish_reason": reason}]
+    body = {"id": gen.id, "object": "chat.completion.chunk" if gen.kind == "chat" else "text_completion",
+            "created": gen.created, "model": gen.model, "choices": choices}
+    if gen.include_usage:
+        body["usage"] = usage_counts
+    return body
+
+
+def sse(data: dict[str, Any] | str) -> str:
+    """One Server-Sent Event line pair (``data: ...`` and a blank line)."""
+    return f"data: {data if isinstance(data, str) else json.dumps(data)}\n\n"
+
+
+SSE_DONE = sse("[DONE]")
+
+
+def models_body(served_model: str, created: int, owned_by: str = "triton") -> dict[str, Any]:
+    return {"object": "list", "data": [{"id": served_model, "object": "model", "created": created, "owned_by": owned_by}]}
+
+
+def parse_sse(lines: Iterable[str]) -> list[dict[str, Any] | str]:
+    """The payloads of an SSE stream (``[DONE]`` as the string), for clients and tests."""
+    out: list[dict[str, Any] | str] = []
+    for line in lines:
+        if line.startswith("data:"):
+            payload = line[5:].strip()
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out

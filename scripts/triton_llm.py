@@ -1,0 +1,251 @@
+"""One Triton per Serve replica, behind one small interface (:class:`TritonLLM`).
+
+Two ways to own Triton, chosen by :func:`make_backend`:
+
+* **in-process** (:class:`InProcessTriton`): the ``tritonserver`` Python API embeds the server
+  in the replica's own process (``tritonserver.Server(...)``, ``server.model("ensemble")``).
+  The module ships inside the NGC Triton containers only (PyPI has a placeholder), so ``auto``
+  picks it where it imports.
+* **managed process** (:class:`ManagedTriton`): the replica starts ``tritonserver`` with the
+  launcher of notebook 04 (:class:`scripts.triton_server.TritonServer`: free ports on
+  127.0.0.1, its own shared-memory prefix, stopped by its process group) and talks to it with
+  ``tritonclient``'s asyncio gRPC client. Every request goes through ``stream_infer``: a
+  decoupled ensemble (``decoupled_mode: true``) answers token by token there, a plain one with a
+  single response, and ``infer`` would refuse the decoupled one.
+
+Both take the ensemble's tensors from :func:`ensemble_inputs` and yield :class:`Chunk` s: the
+text of one response and how many tokens it carries (the ensemble's ``sequence_length``).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Protocol
+
+import numpy as np
+
+#: TensorRT-LLM reads top_k 0 with top_p 0 or 1 as greedy, whatever the temperature. OpenAI's
+#: temperature > 0 with top_p 1 means sampling from the whole distribution, so such requests get
+#: the largest top_k TensorRT-LLM accepts (or the vocabulary size, if smaller).
+MAX_TOP_K = 1024
+
+
+class TritonRequestError(RuntimeError):
+    """Triton refused or failed a request; the message is Triton's."""
+
+
+@dataclass
+class EnsembleRequest:
+    """What the ensemble model is asked (its inputs, in client terms)."""
+
+    prompt: str
+    max_tokens: int
+    stream: bool = False
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+
+@dataclass
+class Chunk:
+    text: str
+    tokens: int
+
+
+def ensemble_inputs(req: EnsembleRequest, vocab_size: int) -> dict[str, np.ndarray]:
+    """The ensemble's input tensors for one request (batch of one, as the configs declare)."""
+    inputs: dict[str, np.ndarray] = {
+        "text_input": np.array([[req.prompt.encode("utf-8")]], dtype=np.object_),
+        "max_tokens": np.array([[req.max_tokens]], dtype=np.int32),
+        "stream": np.array([[req.stream]], dtype=bool),
+    }
+    if req.stop:
+        inputs["stop_words"] = np.array([[s.encode("utf-8") for s in req.stop]], dtype=np.object_)
+    if req.temperature > 0:
+        inputs["temperature"] = np.array([[req.temperature]], dtype=np.float32)
+        if req.top_p < 1:
+            inputs["top_p"] = np.array([[req.top_p]], dtype=np.float32)
+        else:
+            inputs["top_k"] = np.array([[min(MAX_TOP_K, vocab_size)]], dtype=np.int32)
+    if req.seed is not None:
+        inputs["random_seed"] = np.array([[req.seed]], dtype=np.uint64)
+    if req.presence_penalty:
+        inputs["presence_penalty"] = np.array([[req.presence_penalty]], dtype=np.float32)
+    if req.frequency_penalty:
+        inputs["frequency_penalty"] = np.array([[req.frequency_penalty]], dtype=np.float32)
+    return inputs
+
+
+def chunk_from_outputs(text_output: np.ndarray, sequence_length: np.ndarray | None) -> Chunk:
+    """A :class:`Chunk` from one response's ``text_output`` ([1, beams]) and ``sequence_length``."""
+    first = np.asarray(text_output).reshape(-1)[0] if np.asarray(text_output).size else b""
+    text = first.decode("utf-8", errors="replace") if isinstance(first, bytes) else str(first)
+    tokens = int(np.asarray(sequence_length).reshape(-1)[0]) if sequence_length is not None and np.asarray(sequence_length).size else 0
+    return Chunk(text, tokens)
+
+
+class TritonLLM(Protocol):
+    mode: str
+
+    async def ready(self) -> bool: ...
+
+    def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]: ...
+
+    def info(self) -> dict[str, Any]: ...
+
+    def stop(self) -> None: ...
+
+
+def in_process_available() -> bool:
+    """Whether the real in-process ``tritonserver`` module is importable (not PyPI's placeholder)."""
+    if importlib.util.find_spec("tritonserver") is None:
+        return False
+    try:
+        return hasattr(importlib.import_module("tritonserver"), "Server")
+    except Exception:  # the placeholder raises on import
+        return False
+
+
+class InProcessTriton:
+    """Triton embedded in this process through the ``tritonserver`` Python API (NGC containers)."""
+
+    mode = "in-process"
+
+    def __init__(self, model_repository: str | Path, model_name: str = "ensemble"):
+        import tritonserver  # noqa: PLC0415 - only inside NGC containers
+
+        self._tritonserver = tritonserver
+        self.model_repository, self.model_name = str(model_repository), model_name
+        self.server = tritonserver.Server(model_repository=self.model_repository,
+                                          model_control_mode=tritonserver.ModelControlMode.EXPLICIT,
+                                          log_info=False)
+        self.server.start(wait_until_ready=True)
+        self.model = self.server.load(model_name)
+
+    async def ready(self) -> bool:
+        return bool(self.server.ready() and self.model.ready())
+
+    async def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
+        async for response in self.model.async_infer(inputs=inputs):
+            if response.error is not None:
+                raise TritonRequestError(str(response.error))
+            outputs = response.outputs or {}
+            if "text_output" in outputs:
+                text = outputs["text_output"].to_string_array()
+                length = np.from_dlpack(outputs["sequence_length"]) if "sequence_length" in outputs else None
+                yield chunk_from_outputs(np.char.encode(text.astype(str), "utf-8"), length)
+
+    def info(self) -> dict[str, Any]:
+        return {"mode": self.mode, "model": self.model_name, "model_repository": self.model_repository}
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class GrpcEnsemble:
+    """The ensemble of a running Triton, called through ``tritonclient``'s asyncio gRPC client."""
+
+    def __init__(self, grpc_url: str, model_name: str = "ensemble"):
+        self.grpc_url, self.model_name = grpc_url, model_name
+        self._client = None
+
+    def client(self):
+        # grpc.aio binds a channel to the event loop that creates it: make it on the caller's loop.
+        if self._client is None:
+            import tritonclient.grpc.aio as grpcclient  # noqa: PLC0415
+
+            self._client = grpcclient.InferenceServerClient(self.grpc_url)
+        return self._client
+
+    async def ready(self) -> bool:
+        try:
+            return bool(await self.client().is_model_ready(self.model_name))
+        except Exception:
+            return False
+
+    async def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
+        import tritonclient.grpc.aio as grpcclient  # noqa: PLC0415
+        from tritonclient.utils import np_to_triton_dtype  # noqa: PLC0415
+
+        tensors = []
+        for name, array in inputs.items():
+            tensor = grpcclient.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        request = {"model_name": self.model_name, "inputs": tensors, "request_id": uuid.uuid4().hex,
+                   "outputs": [grpcclient.InferRequestedOutput("text_output"),
+                               grpcclient.InferRequestedOutput("sequence_length")]}
+
+        async def one_request():
+            yield request
+
+        # The stream ends once the server has sent the request's final response.
+        responses = self.client().stream_infer(one_request())
+        done = False
+        try:
+            async for result, error in responses:
+                if error is not None:
+                    raise TritonRequestError(error.message())
+                yield chunk_from_outputs(result.as_numpy("text_output"), result.as_numpy("sequence_length"))
+            done = True
+        finally:
+            if not done:  # the client went away or failed: Triton cancels the request, vLLM aborts it
+                responses.cancel()
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+
+class ManagedTriton:
+    """A ``tritonserver`` process owned by this replica, called through the asyncio gRPC client."""
+
+    mode = "managed process"
+
+    def __init__(self, model_repository: str | Path, model_name: str = "ensemble", ready_timeout_s: float = 600):
+        from scripts.triton_server import TritonServer  # noqa: PLC0415
+
+        self.model_name = model_name
+        # Explicit model control: only the ensemble and the models it names are loaded (the
+        # repository also holds vllm_model, a second engine this replica does not need).
+        self.server = TritonServer(model_repository, extra_args=("--model-control-mode=explicit", f"--load-model={model_name}"))
+        self.server.start(timeout_s=ready_timeout_s, retries=1)
+        self.ensemble = GrpcEnsemble(self.server.grpc_url, model_name)
+
+    async def ready(self) -> bool:
+        if self.server.process is None or self.server.process.poll() is not None:
+            return False
+        return await self.ensemble.ready()
+
+    def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
+        return self.ensemble.generate(inputs)
+
+    def info(self) -> dict[str, Any]:
+        return {"mode": self.mode, "model": self.model_name, "model_repository": str(self.server.command.model_repo),
+                "http_url": self.server.http_url, "grpc_url": self.server.grpc_url, "metrics_url": self.server.metrics_url,
+                "pid": self.server.pid, "shm_prefix": self.server.command.shm_prefix, "log": str(self.server.log_path)}
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+def make_backend(model_repository: str | Path, model_name: str = "ensemble", mode: str = "auto",
+                 ready_timeout_s: float = 600) -> TritonLLM:
+    """``mode``: ``auto`` (in-process where ``tritonserver`` imports, else a managed process),
+    ``in-process`` or ``managed``."""
+    repo = Path(model_repository)
+    if not (repo / model_name / "config.pbtxt").is_file():
+        raise FileNotFoundError(f"{repo} has no model {model_name!r}: fill the repository first (notebook 02, or "
+                                "scripts.triton_repo.fill_for_profile)")
+    if mode not in ("auto", "in-process", "managed"):
+        raise ValueError(f"mode must be auto, in-process or managed, got {mode!r}")
+    if mode == "in-process" or (mode == "auto" and in_process_available()):
+        return InProcessTriton(repo, model_name)
+    return ManagedTriton(repo, model_name, ready_timeout_s)

@@ -1,0 +1,169 @@
+import asyncio
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from scripts import engine, triton_llm
+from scripts.profiles import load_profile
+from scripts.triton_llm import (MAX_TOP_K, Chunk, EnsembleRequest, InProcessTriton, chunk_from_outputs, ensemble_inputs,
+                                in_process_available, make_backend)
+from scripts.triton_repo import RepoSettings, fill_for_profile, repository_facts
+
+
+def test_greedy_request_sends_no_sampling_tensors():
+    inputs = ensemble_inputs(EnsembleRequest("Ray Serve takes", 12), vocab_size=854)
+    assert set(inputs) == {"text_input", "max_tokens", "stream"}
+    assert inputs["text_input"].shape == (1, 1) and inputs["text_input"][0, 0] == b"Ray Serve takes"
+    assert inputs["max_tokens"].dtype == np.int32 and inputs["max_tokens"][0, 0] == 12
+    assert inputs["stream"].dtype == bool and not inputs["stream"][0, 0]
+
+
+def test_sampling_uses_the_whole_distribution_unless_top_p_cuts_it():
+    full = ensemble_inputs(EnsembleRequest("p", 4, temperature=0.7), vocab_size=854)
+    assert full["temperature"].dtype == np.float32 and full["temperature"][0, 0] == pytest.approx(0.7)
+    assert full["top_k"][0, 0] == 854 and "top_p" not in full  # vocabulary smaller than TensorRT-LLM's cap
+    big = ensemble_inputs(EnsembleRequest("p", 4, temperature=1.0), vocab_size=128256)
+    assert big["top_k"][0, 0] == MAX_TOP_K
+    nucleus = ensemble_inputs(EnsembleRequest("p", 4, temperature=1.0, top_p=0.9), vocab_size=854)
+    assert nucleus["top_p"][0, 0] == pytest.approx(0.9) and "top_k" not in nucleus
+
+
+def test_stop_seed_and_penalties_become_tensors():
+    inputs = ensemble_inputs(EnsembleRequest("p", 4, stream=True, stop=[" a", "b"], seed=7, presence_penalty=0.5,
+                                             frequency_penalty=-0.5), vocab_size=10)
+    assert inputs["stop_words"].shape == (1, 2) and list(inputs["stop_words"][0]) == [b" a", b"b"]
+    assert inputs["random_seed"].dtype == np.uint64 and inputs["random_seed"][0, 0] == 7
+    assert inputs["presence_penalty"][0, 0] == pytest.approx(0.5) and inputs["frequency_penalty"][0, 0] == pytest.approx(-0.5)
+    assert inputs["stream"][0, 0]
+
+
+def test_chunk_from_outputs():
+    assert chunk_from_outputs(np.array([[b"hi \xe2\x82\xac"]], dtype=object), np.array([[3]], dtype=np.int32)) == Chunk("hi €", 3)
+    assert chunk_from_outputs(np.array([["plain"]], dtype=object), None) == Chunk("plain", 0)
+    assert chunk_from_outputs(np.array([], dtype=object), np.array([], dtype=np.int32)) == Chunk("", 0)
+
+
+def test_in_process_api_is_not_on_pypi():
+    assert in_process_available() is False  # PyPI has only a placeholder; NGC containers have the module
+
+
+@pytest.fixture
+def filled_repo(build_root):
+    profile = load_profile("cpu")
+    engine.write_engine_config(profile)
+    return Path(fill_for_profile(profile, RepoSettings(decoupled_mode=True))["repository"])
+
+
+def test_make_backend_needs_a_filled_ensemble_and_a_known_mode(tmp_path, filled_repo):
+    with pytest.raises(FileNotFoundError, match="fill the repository first"):
+        make_backend(tmp_path, "ensemble")
+    with pytest.raises(ValueError, match="auto, in-process or managed"):
+        make_backend(filled_repo, "ensemble", mode="remote")
+
+
+class FakeTensor:
+    def __init__(self, array):
+        self.array = np.asarray(array)
+
+    def to_string_array(self):
+        return np.array([[v.decode() for v in row] for row in self.array], dtype=object)
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def fake_tritonserver(responses):
+    """A stand-in for the NGC-only ``tritonserver`` module, recording how it is called."""
+    calls = {}
+
+    class Model:
+        def ready(self):
+            return True
+
+        async def async_infer(self, inputs):
+            calls["inputs"] = inputs
+            for r in responses:
+                yield r
+
+    class Server:
+        def __init__(self, **options):
+            calls["options"] = options
+
+        def start(self, wait_until_ready):
+            calls["started"] = wait_until_ready
+
+        def load(self, name):
+            calls["loaded"] = name
+            return Model()
+
+        def ready(self):
+            return True
+
+        def stop(self):
+            calls["stopped"] = True
+
+    module = types.SimpleNamespace(Server=Server, ModelControlMode=types.SimpleNamespace(EXPLICIT="explicit"))
+    return module, calls
+
+
+def response(text=None, tokens=None, error=None):
+    outputs = {}
+    if text is not None:
+        outputs = {"text_output": FakeTensor(np.array([[text.encode()]], dtype=object)),
+                   "sequence_length": FakeTensor(np.array([[tokens]], dtype=np.int32))}
+    return types.SimpleNamespace(outputs=outputs, error=error)
+
+
+def test_auto_mode_embeds_triton_where_tritonserver_imports(monkeypatch, filled_repo):
+    module, calls = fake_tritonserver([response("Triton", 1), response(" loads", 2), response()])
+    monkeypatch.setitem(sys.modules, "tritonserver", module)
+    monkeypatch.setattr(triton_llm, "in_process_available", lambda: True)
+    backend = make_backend(filled_repo, "ensemble")
+    assert isinstance(backend, InProcessTriton) and backend.mode == "in-process"
+    assert calls["options"]["model_repository"] == str(filled_repo) and calls["loaded"] == "ensemble" and calls["started"]
+
+    async def run():
+        assert await backend.ready()
+        return [c async for c in backend.generate(ensemble_inputs(EnsembleRequest("p", 4, stream=True), 10))]
+
+    assert asyncio.run(run()) == [Chunk("Triton", 1), Chunk(" loads", 2)]
+    assert set(calls["inputs"]) == {"text_input", "max_tokens", "stream"}
+    backend.stop()
+    assert calls["stopped"] and backend.info()["mode"] == "in-process"
+
+
+def test_in_process_errors_raise_triton_request_error(monkeypatch, filled_repo):
+    module, _ = fake_tritonserver([response(error="in ensemble 'ensemble', text_input is empty")])
+    monkeypatch.setitem(sys.modules, "tritonserver", module)
+    backend = make_backend(filled_repo, "ensemble", mode="in-process")
+
+    async def run():
+        return [c async for c in backend.generate({})]
+
+    with pytest.raises(triton_llm.TritonRequestError, match="text_input is empty"):
+        asyncio.run(run())
+
+
+def test_auto_mode_manages_a_process_without_the_module(monkeypatch, filled_repo):
+    started = []
+    monkeypatch.setattr(triton_llm, "ManagedTriton", lambda *a: started.append(a) or "managed")
+    assert make_backend(filled_repo, "ensemble", ready_timeout_s=5) == "managed"
+    assert started == [(filled_repo, "ensemble", 5)]
+
+
+def test_repository_facts(filled_repo, build_root):
+    facts = repository_facts(filled_repo)
+    assert facts.engine_model == "vllm_engine" and facts.decoupled and facts.max_model_len == 512
+    assert facts.tokenizer_dir.endswith("models/tiny-llama")
+    plain = Path(fill_for_profile(load_profile("cpu"), RepoSettings(), output_dir=build_root / "plain")["repository"])
+    assert not repository_facts(plain).decoupled
+    with pytest.raises(ValueError, match="preprocessing, one engine model and postprocessing"):
+        repository_facts(filled_repo, "preprocessing")
+    with pytest.raises(FileNotFoundError, match="fill the repository first"):
+        repository_facts(build_root / "nowhere")
