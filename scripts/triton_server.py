@@ -32,6 +32,7 @@ from pathlib import Path
 import requests
 
 from scripts import envcheck
+from scripts.process_guard import live_group_members
 from scripts.profiles import REPO_ROOT, build_dir
 
 PYTHON_BASED_BACKENDS = REPO_ROOT / "scripts" / "triton_backends"
@@ -45,20 +46,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
-
-
-def live_group_members(pgid: int) -> list[int]:
-    """PIDs whose process group is ``pgid``, zombies excluded (they are gone, only not yet reaped)."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        state, group = fields[0], int(fields[2])
-        if group == pgid and state != "Z":
-            members.append(int(stat.parent.name))
-    return sorted(members)
 
 
 def prepare_backend_dir(dest: Path | None = None) -> Path:
@@ -158,6 +145,7 @@ class TritonServer:
                                      extra_args=extra_args)
         self.log_path = log_path or build_dir() / "triton" / "logs" / f"tritonserver-{self.command.http_port}.log"
         self.process: subprocess.Popen | None = None
+        self.guard: subprocess.Popen | None = None
 
     @property
     def http_url(self) -> str:
@@ -197,13 +185,21 @@ class TritonServer:
     def _start_once(self, timeout_s: float) -> "TritonServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
-        # Own session: the stubs (and the vLLM engine processes they spawn) share the group we stop.
+        # Own process group: the stubs (and the vLLM engine processes they spawn) share the group we stop.
         self.process = subprocess.Popen(self.command.argv(), stdout=log, stderr=subprocess.STDOUT,
-                                        env=self.command.environment(), start_new_session=True)
-        log.close()
+                                        env=self.command.environment(), process_group=0)
         # A notebook kernel or script that dies before its teardown still stops the server on exit.
         atexit.register(self.stop)
         try:
+            # A guard in the server's group stops it if this process is killed outright (no atexit).
+            try:
+                self.guard = subprocess.Popen(
+                    [sys.executable, "-m", "scripts.process_guard", "--owner", str(os.getpid()), "--group",
+                     str(self.process.pid), "--grace", str(self.command.exit_timeout_s + 10),
+                     "--shm-prefix", self.command.shm_prefix],
+                    stdout=log, stderr=subprocess.STDOUT, process_group=self.process.pid, cwd=REPO_ROOT)
+            finally:
+                log.close()
             self.wait_ready(timeout_s)
         except BaseException:
             self.stop()
@@ -267,6 +263,10 @@ class TritonServer:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        if self.guard is not None and self.guard.poll() is None:  # it got the group's signals
+            self.guard.kill()
+        if self.guard is not None:
+            self.guard.wait()
         for segment in self.leftover_shm():  # only this server's prefix
             segment.unlink(missing_ok=True)
         if self.group_alive():
