@@ -452,6 +452,11 @@ class Cluster:
     def has_resource(self, key: str) -> bool:
         return any(n.all_resources.get(key, 0) > 0 for n in self.nodes)
 
+    def anonymized(self) -> "Cluster":
+        """The same resources with node names ``node0``, ``node1``... and memory left out: what a
+        notebook prints of a live cluster without machine-specific values."""
+        return Cluster(tuple(replace(n, name=f"node{i}", memory=None) for i, n in enumerate(self.nodes)))
+
     def format(self) -> str:
         keys = ("CPU", "GPU", "memory")
         totals = {k: self.total(k) for k in keys if k != "memory" or all(n.memory is not None for n in self.nodes)}

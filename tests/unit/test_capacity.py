@@ -397,3 +397,14 @@ def test_cli_as_a_module_prints_one_line_error(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == ("error: applications[0].deployments[0].ray_actor_options.num_gpus "
                            "must be a number >= 0, got 'one'\n")
+
+
+def test_anonymized_cluster_hides_names_and_memory():
+    from scripts.capacity import Cluster, Node
+
+    live = Cluster((Node("10.0.0.7 (ab12cd34)", 8, 2, 64 * 2**30, {"accelerator_type:H100": 1.0}),
+                    Node("10.0.0.8 (ef56ab78)", 4)))
+    shown = live.anonymized()
+    assert [n.name for n in shown.nodes] == ["node0", "node1"] and all(n.memory is None for n in shown.nodes)
+    assert shown.total("GPU") == 2 and shown.nodes[0].resources == {"accelerator_type:H100": 1.0}
+    assert "10.0.0.7" not in shown.format() and "memory" not in shown.format()
