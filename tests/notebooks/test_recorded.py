@@ -53,6 +53,19 @@ def test_04_triton_reproduced_the_reference_and_served_the_burst():
     assert bench["triton"]["tok_per_s"] > 0 and bench["offline"]["tok_per_s"] > 0
 
 
+def test_05_serve_reproduced_the_reference_scaled_and_served_the_benchmark():
+    r = results.load("05_serve_with_ray")
+    assert r["capacity_ok"] and r["greedy_text_equal"]
+    assert set(r["bad_status"].values()) <= {400, 404} and len(r["bad_status"]) == 9
+    assert r["burst"]["error_count"] == 0 and r["burst"]["succeeded"] > 0
+    assert r["upscale_s"] > 0 and r["downscale_s"] > 0
+    bench = r["bench"]
+    if r["mode"] == "managed process":  # in-process Triton has no port to benchmark directly
+        assert bench["serve"]["succeeded"] == bench["serve"]["requests"] == 200 and not bench["serve"]["errors"]
+        assert bench["triton"]["succeeded"] == 200 and bench["same_text"] == 200
+        assert bench["concurrency"] == 32 and 0 < bench["ratio"]
+
+
 def test_06_conflicts_reproduced_and_fixed():
     r = results.load("06_troubleshoot_gpu_resources")
     gpus = r["gpus"]
