@@ -47,25 +47,25 @@ def live_group_members(pgid: int) -> list[int]:
     return sorted(members)
 
 
+def _signal_all(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 def stop_group(pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s: float = 0.2) -> list[int]:
     """SIGTERM the group but this process, wait up to ``grace_s``, SIGKILL what is left, remove
     the ``shm_prefix`` segments; returns the PIDs that had to be killed."""
     me = os.getpid()
     others = [p for p in live_group_members(pgid) if p != me]
-    for pid in others:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+    _signal_all(others, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while others and time.monotonic() < deadline:
         time.sleep(poll_s)
         others = [p for p in live_group_members(pgid) if p != me]
-    for pid in others:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _signal_all(others, signal.SIGKILL)
     if shm_prefix:
         for segment in Path("/dev/shm").glob(f"{shm_prefix}*"):
             segment.unlink(missing_ok=True)
