@@ -17,6 +17,7 @@ settings of :func:`deployment_options`; the capacity checker reads the same file
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -99,7 +100,8 @@ class TritonDeployment:
     def triton_info(self) -> dict[str, Any]:
         """This replica's Triton (mode, URLs, PID) and the replica's id; for handles, not HTTP."""
         context = serve.get_replica_context()
-        return self.backend.info() | {"replica": context.replica_id.unique_id, "decoupled": self.facts.decoupled}
+        return self.backend.info() | {"replica": context.replica_id.unique_id, "replica_pid": os.getpid(),
+                                      "decoupled": self.facts.decoupled}
 
     # -- routes -----------------------------------------------------------------------------
     @api.get("/health")
