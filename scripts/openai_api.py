@@ -32,21 +32,21 @@ class OpenAIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-class _Strict(BaseModel):
-    # Unknown fields are ignored, as OpenAI's servers do for fields they do not use.
+class _Request(BaseModel):
+    # Strict types; unknown fields are ignored, as OpenAI's servers do for fields they do not use.
     model_config = ConfigDict(extra="ignore")
 
 
-class ChatMessage(_Strict):
+class ChatMessage(_Request):
     role: Literal["system", "user", "assistant"]
     content: StrictStr
 
 
-class StreamOptions(_Strict):
+class StreamOptions(_Request):
     include_usage: StrictBool = False
 
 
-class _Sampling(_Strict):
+class _Sampling(_Request):
     model: Optional[StrictStr] = None
     max_tokens: Optional[StrictInt] = None
     max_completion_tokens: Optional[StrictInt] = None
@@ -75,16 +75,16 @@ class Generation:
 
     kind: Literal["chat", "completion"]
     model: str
-    prompt: str
-    max_tokens: Optional[int]
-    temperature: float
-    top_p: float
-    stop: list[str]
-    stream: bool
-    include_usage: bool
-    seed: Optional[int]
-    presence_penalty: float
-    frequency_penalty: float
+    prompt: str = ""
+    max_tokens: Optional[int] = None
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    stream: bool = False
+    include_usage: bool = False
+    seed: Optional[int] = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
     created: int = field(default_factory=lambda: int(time.time()))
     id: str = ""
 
@@ -148,7 +148,7 @@ def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> t
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_SEQUENCES or any(not s for s in stop):
         raise OpenAIError(400, f"'stop' takes up to {MAX_STOP_SEQUENCES} non-empty strings, got {stop!r}", param="stop")
-    gen = Generation(kind=kind, model=served_model, prompt="", max_tokens=max_tokens, temperature=float(req.temperature),
+    gen = Generation(kind=kind, model=served_model, max_tokens=max_tokens, temperature=float(req.temperature),
                      top_p=float(req.top_p), stop=stop, stream=req.stream,
                      include_usage=bool(req.stream_options and req.stream_options.include_usage), seed=req.seed,
                      presence_penalty=float(req.presence_penalty), frequency_penalty=float(req.frequency_penalty))

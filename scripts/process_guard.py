@@ -66,6 +66,9 @@ def stop_group(pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s:
         time.sleep(poll_s)
         others = [p for p in live_group_members(pgid) if p != me]
     _signal_all(others, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while [p for p in others if is_running(p)] and time.monotonic() < deadline:  # SIGKILL is not instant
+        time.sleep(poll_s)
     if shm_prefix:
         for segment in Path("/dev/shm").glob(f"{shm_prefix}*"):
             segment.unlink(missing_ok=True)

@@ -56,6 +56,11 @@ async def _query_error(_request: Request, exc: RequestValidationError) -> JSONRe
     return JSONResponse(OpenAIError(400, message, param=param).body(), status_code=400)
 
 
+def triton_failed(exc: TritonRequestError) -> OpenAIError:
+    """What a client sees when Triton refuses or fails a request the app had accepted."""
+    return OpenAIError(500, f"Triton could not serve the request: {exc}", type="server_error")
+
+
 def serve_repo_dir(profile: Profile) -> Path:
     """The Serve application's model repository: notebook 02's models filled with ``decoupled_mode: true``."""
     return build_dir() / "triton_repo" / f"{profile.name}-serve"
@@ -121,10 +126,7 @@ class TritonDeployment:
             raise OpenAIError(400, "'query' is empty: send some text", param="query")
         if max_tokens <= 0:
             raise OpenAIError(400, f"'max_tokens' must be at least 1, got {max_tokens}", param="max_tokens")
-        gen = Generation(kind="completion", model=self.served_model_name, prompt=query, max_tokens=max_tokens,
-                         temperature=0.0, top_p=1.0, stop=[], stream=False, include_usage=False, seed=None,
-                         presence_penalty=0.0, frequency_penalty=0.0)
-        body = await self._complete(gen)
+        body = await self._complete(Generation("completion", self.served_model_name, query, max_tokens))
         return {"text": body["choices"][0]["text"], "usage": body["usage"]}
 
     @api.post("/v1/chat/completions")
@@ -154,7 +156,7 @@ class TritonDeployment:
         try:  # the first response before the 200: a request Triton refuses still gets its error status
             first = await anext(chunks, None)
         except TritonRequestError as exc:
-            raise OpenAIError(500, f"Triton could not serve the request: {exc}", type="server_error") from None
+            raise triton_failed(exc) from None
         return StreamingResponse(self._events(gen, first, chunks, prompt_tokens, max_tokens), media_type="text/event-stream")
 
     async def _complete(self, gen: Generation) -> dict[str, Any]:
@@ -165,7 +167,7 @@ class TritonDeployment:
                 text.append(trimmer.feed(chunk.text))
                 tokens += chunk.tokens
         except TritonRequestError as exc:
-            raise OpenAIError(500, f"Triton could not serve the request: {exc}", type="server_error") from None
+            raise triton_failed(exc) from None
         text.append(trimmer.finish())
         reason = "stop" if trimmer.stopped else finish_reason(tokens, max_tokens)
         return response_body(gen, "".join(text), reason, prompt_tokens, tokens)
@@ -184,7 +186,7 @@ class TritonDeployment:
                     yield sse(chunk_body(gen, text=text))
                 chunk = await anext(chunks, None)
         except TritonRequestError as exc:
-            yield sse(OpenAIError(500, f"Triton failed during the stream: {exc}", type="server_error").body())
+            yield sse(triton_failed(exc).body())
             yield SSE_DONE
             return
         rest = trimmer.finish()

@@ -137,9 +137,8 @@ class InProcessTriton:
                 raise TritonRequestError(str(response.error))
             outputs = response.outputs or {}
             if "text_output" in outputs:
-                text = outputs["text_output"].to_string_array()
                 length = np.from_dlpack(outputs["sequence_length"]) if "sequence_length" in outputs else None
-                yield chunk_from_outputs(np.char.encode(text.astype(str), "utf-8"), length)
+                yield chunk_from_outputs(outputs["text_output"].to_string_array(), length)
 
     def info(self) -> dict[str, Any]:
         return {"mode": self.mode, "model": self.model_name, "model_repository": self.model_repository}

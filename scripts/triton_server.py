@@ -32,7 +32,7 @@ from pathlib import Path
 import requests
 
 from scripts import envcheck
-from scripts.process_guard import live_group_members
+from scripts.process_guard import live_group_members, stop_group
 from scripts.profiles import REPO_ROOT, build_dir
 
 PYTHON_BASED_BACKENDS = REPO_ROOT / "scripts" / "triton_backends"
@@ -251,24 +251,13 @@ class TritonServer:
                 self.process.wait(timeout=self.command.exit_timeout_s + grace_s)
             except subprocess.TimeoutExpired:
                 pass
-        deadline = time.monotonic() + grace_s
-        while self.group_alive() and time.monotonic() < deadline:  # stubs and engine processes
-            time.sleep(0.2)
-        if self.group_alive():
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            time.sleep(0.5)
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        if self.guard is not None and self.guard.poll() is None:  # it got the group's signals
-            self.guard.kill()
-        if self.guard is not None:
-            self.guard.wait()
-        for segment in self.leftover_shm():  # only this server's prefix
-            segment.unlink(missing_ok=True)
+        # The rest of the group (stubs, engine processes, the guard) as the guard would stop it.
+        stop_group(pgid, grace_s, self.command.shm_prefix)
+        for proc in (self.process, self.guard):
+            if proc is not None:
+                if proc.poll() is None:
+                    proc.kill()
+                proc.wait()
         if self.group_alive():
             raise RuntimeError(f"processes {self.group_members()} of tritonserver group {pgid} survived SIGKILL")
 
