@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from scripts import process_guard
 from scripts import triton_server as ts
 from scripts.lint_repository import lint
 from scripts.profiles import load_profile
@@ -77,7 +78,10 @@ def test_live_group_members_excludes_zombies():
     try:
         assert ts.live_group_members(child.pid) == [child.pid]
         os.killpg(child.pid, signal.SIGKILL)
-        time.sleep(0.3)  # a zombie until reaped
+        deadline = time.monotonic() + 10
+        while process_guard.process_state(child.pid) != "Z" and time.monotonic() < deadline:  # a zombie until reaped
+            time.sleep(0.05)
+        assert process_guard.process_state(child.pid) == "Z"
         assert ts.live_group_members(child.pid) == []
     finally:
         child.kill()
