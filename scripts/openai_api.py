@@ -251,6 +251,45 @@ class StopTrimmer:
         return out
 
 
+class IncrementalDetokenizer:
+    """Text from token ids that arrive a few at a time, as streamed responses bring them.
+
+    Decoding each response on its own, as a stateless postprocessing model does, breaks every
+    character whose bytes span two responses into U+FFFD (byte-level BPE splits most non-ASCII
+    characters across tokens). This keeps the ids, decodes a window that starts at a character
+    boundary, and passes text on only once it no longer ends in an unfinished character. Decoding
+    from the same first token twice and taking the difference also keeps the spaces that
+    SentencePiece-style decoders drop at the start of a text. The pieces add up to the decode of
+    all the ids.
+    """
+
+    def __init__(self, tokenizer: Any, skip_special_tokens: bool = True):
+        self.tokenizer, self.skip_special_tokens = tokenizer, skip_special_tokens
+        self.ids: list[int] = []
+        self.prefix = 0  # the window's first token: where the last text passed on began
+        self.read = 0  # ids before this one have been passed on as text
+
+    def _new_text(self) -> str:
+        if self.read == len(self.ids):
+            return ""
+        decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)  # noqa: E731
+        return decode(self.ids[self.prefix:])[len(decode(self.ids[self.prefix:self.read])):]
+
+    def feed(self, ids: Iterable[int]) -> str:
+        self.ids.extend(int(i) for i in ids)
+        text = self._new_text()
+        if not text or text.endswith("\ufffd"):  # nothing yet, or a character still missing bytes
+            return ""
+        self.prefix, self.read = self.read, len(self.ids)
+        return text
+
+    def finish(self) -> str:
+        """What is held back (a character that never got its last bytes comes out as U+FFFD)."""
+        text = self._new_text()
+        self.prefix = self.read = len(self.ids)
+        return text
+
+
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens}

@@ -28,9 +28,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
-from scripts.openai_api import (SSE_DONE, Generation, OpenAIError, StopTrimmer, chunk_body, finish_reason, models_body,
-                                parse_chat_request, parse_completion_request, resolve_max_tokens, response_body, sse,
-                                usage)
+from scripts.openai_api import (SSE_DONE, Generation, IncrementalDetokenizer, OpenAIError, StopTrimmer, chunk_body,
+                                finish_reason, models_body, parse_chat_request, parse_completion_request,
+                                resolve_max_tokens, response_body, sse, usage)
 from scripts.profiles import REPO_ROOT, Profile, build_dir, load_profile
 from scripts.triton_llm import Chunk, EnsembleRequest, TritonRequestError, ensemble_inputs, make_backend
 from scripts.triton_repo import RepoSettings, fill_for_profile, repository_facts
@@ -177,11 +177,14 @@ class TritonDeployment:
         if gen.kind == "chat":
             yield sse(chunk_body(gen, text="", role=True))
         trimmer, tokens = StopTrimmer(gen.stop), 0
+        # Each response's text_output is decoded alone, which breaks a character whose bytes span
+        # two responses; the ids are decoded incrementally instead.
+        detokenizer = IncrementalDetokenizer(self.tokenizer, self.facts.skip_special_tokens)
         try:
             chunk = first
             while chunk is not None:
                 tokens += chunk.tokens
-                text = trimmer.feed(chunk.text)
+                text = trimmer.feed(chunk.text if chunk.ids is None else detokenizer.feed(chunk.ids))
                 if text:
                     yield sse(chunk_body(gen, text=text))
                 chunk = await anext(chunks, None)
@@ -189,7 +192,8 @@ class TritonDeployment:
             yield sse(triton_failed(exc).body())
             yield SSE_DONE
             return
-        rest = trimmer.finish()
+        rest = trimmer.feed(detokenizer.finish())
+        rest += trimmer.finish()
         if rest:
             yield sse(chunk_body(gen, text=rest))
         yield sse(chunk_body(gen, reason="stop" if trimmer.stopped else finish_reason(tokens, max_tokens)))

@@ -14,7 +14,9 @@ Two ways to own Triton, chosen by :func:`make_backend`:
   single response, and ``infer`` would refuse the decoupled one.
 
 Both take the ensemble's tensors from :func:`ensemble_inputs` and yield :class:`Chunk` s: the
-text of one response and how many tokens it carries (the ensemble's ``sequence_length``).
+text of one response, how many tokens it carries (the ensemble's ``sequence_length``) and, where
+the ensemble returns them, their ids (``output_ids``), which a streaming client decodes
+incrementally (:class:`scripts.openai_api.IncrementalDetokenizer`).
 """
 from __future__ import annotations
 
@@ -52,10 +54,16 @@ class EnsembleRequest:
     frequency_penalty: float = 0.0
 
 
+#: The ensemble outputs a client reads; ``output_ids`` only where the ensemble declares it
+#: (this repository's does; TensorRT-LLM's stock ensemble does not).
+CHUNK_OUTPUTS = ("text_output", "sequence_length", "output_ids")
+
+
 @dataclass
 class Chunk:
     text: str
     tokens: int
+    ids: list[int] | None = None  # None: the ensemble returns no output_ids
 
 
 def ensemble_inputs(req: EnsembleRequest, vocab_size: int) -> dict[str, np.ndarray]:
@@ -82,12 +90,30 @@ def ensemble_inputs(req: EnsembleRequest, vocab_size: int) -> dict[str, np.ndarr
     return inputs
 
 
-def chunk_from_outputs(text_output: np.ndarray, sequence_length: np.ndarray | None) -> Chunk:
-    """A :class:`Chunk` from one response's ``text_output`` ([1, beams]) and ``sequence_length``."""
+def chunk_from_outputs(text_output: np.ndarray, sequence_length: np.ndarray | None,
+                       output_ids: np.ndarray | None = None) -> Chunk:
+    """A :class:`Chunk` from one response's ``text_output`` ([1, beams]), ``sequence_length``
+    ([1, beams]) and ``output_ids`` ([1, beams, tokens]); beam 0 is the answer."""
     first = np.asarray(text_output).reshape(-1)[0] if np.asarray(text_output).size else b""
     text = first.decode("utf-8", errors="replace") if isinstance(first, bytes) else str(first)
     tokens = int(np.asarray(sequence_length).reshape(-1)[0]) if sequence_length is not None and np.asarray(sequence_length).size else 0
-    return Chunk(text, tokens)
+    ids = None
+    if output_ids is not None:
+        beams = np.asarray(output_ids)
+        ids = beams.reshape(-1, beams.shape[-1])[0].tolist() if beams.size else []
+        ids = ids[:tokens] if sequence_length is not None else ids
+    return Chunk(text, tokens, ids)
+
+
+def ensemble_outputs(model_repository: str | Path, model_name: str = "ensemble") -> tuple[str, ...]:
+    """Those of :data:`CHUNK_OUTPUTS` that the filled ensemble declares (asking for an undeclared
+    output fails the request)."""
+    from scripts.triton_repo import read_model_config  # noqa: PLC0415
+
+    declared = {output.name for output in read_model_config(Path(model_repository), model_name).output}
+    if "text_output" not in declared:
+        raise ValueError(f"{model_name} in {model_repository} has no text_output: it is not a text-in, text-out ensemble")
+    return tuple(name for name in CHUNK_OUTPUTS if name in declared)
 
 
 class TritonLLM(Protocol):
@@ -137,8 +163,8 @@ class InProcessTriton:
                 raise TritonRequestError(str(response.error))
             outputs = response.outputs or {}
             if "text_output" in outputs:
-                length = np.from_dlpack(outputs["sequence_length"]) if "sequence_length" in outputs else None
-                yield chunk_from_outputs(outputs["text_output"].to_string_array(), length)
+                length, ids = (np.from_dlpack(outputs[n]) if n in outputs else None for n in CHUNK_OUTPUTS[1:])
+                yield chunk_from_outputs(outputs["text_output"].to_string_array(), length, ids)
 
     def info(self) -> dict[str, Any]:
         return {"mode": self.mode, "model": self.model_name, "model_repository": self.model_repository}
@@ -150,8 +176,8 @@ class InProcessTriton:
 class GrpcEnsemble:
     """The ensemble of a running Triton, called through ``tritonclient``'s asyncio gRPC client."""
 
-    def __init__(self, grpc_url: str, model_name: str = "ensemble"):
-        self.grpc_url, self.model_name = grpc_url, model_name
+    def __init__(self, grpc_url: str, model_name: str = "ensemble", outputs: tuple[str, ...] = CHUNK_OUTPUTS[:2]):
+        self.grpc_url, self.model_name, self.outputs = grpc_url, model_name, outputs
         self._client = None
 
     def client(self):
@@ -178,8 +204,7 @@ class GrpcEnsemble:
             tensor.set_data_from_numpy(array)
             tensors.append(tensor)
         request = {"model_name": self.model_name, "inputs": tensors, "request_id": uuid.uuid4().hex,
-                   "outputs": [grpcclient.InferRequestedOutput("text_output"),
-                               grpcclient.InferRequestedOutput("sequence_length")]}
+                   "outputs": [grpcclient.InferRequestedOutput(name) for name in self.outputs]}
 
         async def one_request():
             yield request
@@ -191,7 +216,7 @@ class GrpcEnsemble:
             async for result, error in responses:
                 if error is not None:
                     raise TritonRequestError(error.message())
-                yield chunk_from_outputs(result.as_numpy("text_output"), result.as_numpy("sequence_length"))
+                yield chunk_from_outputs(*(result.as_numpy(name) for name in CHUNK_OUTPUTS))
             done = True
         finally:
             if not done:  # the client went away or failed: Triton cancels the request, vLLM aborts it
@@ -216,7 +241,7 @@ class ManagedTriton:
         # repository also holds vllm_model, a second engine this replica does not need).
         self.server = TritonServer(model_repository, extra_args=("--model-control-mode=explicit", f"--load-model={model_name}"))
         self.server.start(timeout_s=ready_timeout_s, retries=1)
-        self.ensemble = GrpcEnsemble(self.server.grpc_url, model_name)
+        self.ensemble = GrpcEnsemble(self.server.grpc_url, model_name, ensemble_outputs(model_repository, model_name))
 
     async def ready(self) -> bool:
         if self.server.process is None or self.server.process.poll() is not None:

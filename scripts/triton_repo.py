@@ -9,6 +9,7 @@ from typing import Any
 from scripts.engine import read_engine_config, vllm_engine_kwargs
 from scripts.fill_template import fill_repository
 from scripts.profiles import REPO_ROOT, Profile, build_dir
+from scripts.triton_models import is_true
 
 TEMPLATE_DIR = REPO_ROOT / "model_repository"
 COMMON_MODELS = ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls")
@@ -105,6 +106,7 @@ class RepositoryFacts:
     max_model_len: int
     engine_model: str
     decoupled: bool
+    skip_special_tokens: bool = True  # how postprocessing decodes; a streaming client decodes the same way
 
 
 def read_model_config(repo: Path, model: str):
@@ -132,6 +134,9 @@ def repository_facts(repo: Path, ensemble: str = "ensemble") -> RepositoryFacts:
         raise ValueError(f"{ensemble} in {repo} should run preprocessing, one engine model and postprocessing; its steps are {steps}")
     pre = read_model_config(repo, "preprocessing").parameters
     engine = read_model_config(repo, engines[0])
+    post = read_model_config(repo, "postprocessing").parameters if "postprocessing" in steps else {}
     return RepositoryFacts(tokenizer_dir=pre["tokenizer_dir"].string_value,
                            max_model_len=int(pre["max_model_len"].string_value or 0),
-                           engine_model=engines[0], decoupled=engine.model_transaction_policy.decoupled)
+                           engine_model=engines[0], decoupled=engine.model_transaction_policy.decoupled,
+                           skip_special_tokens=is_true(post["skip_special_tokens"].string_value
+                                                       if "skip_special_tokens" in post else "true"))

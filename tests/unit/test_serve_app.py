@@ -164,6 +164,23 @@ def test_streaming_chat_sends_role_deltas_finish_usage_and_done():
     assert events[6] == "[DONE]" and r.backend.calls[0]["stream"][0, 0]
 
 
+class ByteTokenizer(FakeTokenizer):
+    """Byte-level decoding: one token per UTF-8 byte, as byte-level BPE has for rare characters."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_streamed_text_is_decoded_from_the_ids_so_characters_stay_whole():
+    # "é" is two bytes, so two tokens in two responses: postprocessing turns each into U+FFFD.
+    pieces = [("Caf", [67, 97, 102]), ("\ufffd", [0xC3]), ("\ufffd", [0xA9]), (" ok", [32, 111, 107])]
+    r = replica([Chunk(text, len(ids), ids) for text, ids in pieces])
+    r.tokenizer = ByteTokenizer()
+    events = stream_events(r.completions(FakeRequest({"prompt": "p", "max_tokens": 8, "stream": True, "stop": [" o"]})))
+    deltas = [e["choices"][0]["text"] for e in events[:-2]]
+    assert "".join(deltas) == "Café" and "é" in deltas and events[-2]["choices"][0]["finish_reason"] == "stop"
+
+
 def test_a_repository_that_is_not_decoupled_streams_in_one_piece():
     r = replica([Chunk("Triton loads", 2)], decoupled=False)
     events = stream_events(r.completions(FakeRequest({"prompt": "p", "max_tokens": 4, "stream": True})))

@@ -5,12 +5,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from google.protobuf import text_format
 
 from scripts import engine, triton_llm
 from scripts.profiles import load_profile
-from scripts.triton_llm import (MAX_TOP_K, Chunk, EnsembleRequest, InProcessTriton, chunk_from_outputs, ensemble_inputs,
-                                in_process_available, make_backend)
-from scripts.triton_repo import RepoSettings, fill_for_profile, repository_facts
+from scripts.triton_llm import (CHUNK_OUTPUTS, MAX_TOP_K, Chunk, EnsembleRequest, InProcessTriton, chunk_from_outputs,
+                                ensemble_inputs, ensemble_outputs, in_process_available, make_backend)
+from scripts.triton_repo import RepoSettings, fill_for_profile, read_model_config, repository_facts
 
 
 def test_greedy_request_sends_no_sampling_tensors():
@@ -44,6 +45,21 @@ def test_chunk_from_outputs():
     assert chunk_from_outputs(np.array([[b"hi \xe2\x82\xac"]], dtype=object), np.array([[3]], dtype=np.int32)) == Chunk("hi €", 3)
     assert chunk_from_outputs(np.array([["plain"]], dtype=object), None) == Chunk("plain", 0)
     assert chunk_from_outputs(np.array([], dtype=object), np.array([], dtype=np.int32)) == Chunk("", 0)
+    ids = np.array([[[7, 8, 9, 0]]], dtype=np.int32)  # [batch, beams, tokens], padded past sequence_length
+    assert chunk_from_outputs(np.array([[b"\xef\xbf\xbd"]], dtype=object), np.array([[3]], dtype=np.int32), ids) == Chunk("\ufffd", 3, [7, 8, 9])
+    assert chunk_from_outputs(np.array([[b"x"]], dtype=object), None, ids).ids == [7, 8, 9, 0]
+
+
+def test_ensemble_outputs_asks_only_for_what_the_ensemble_declares(filled_repo, tmp_path):
+    assert ensemble_outputs(filled_repo) == CHUNK_OUTPUTS == ("text_output", "sequence_length", "output_ids")
+    config = read_model_config(filled_repo, "ensemble")  # as TensorRT-LLM's stock ensemble: no output_ids
+    del config.output[[output.name for output in config.output].index("output_ids")]
+    stock = tmp_path / "stock"
+    (stock / "ensemble").mkdir(parents=True)
+    (stock / "ensemble" / "config.pbtxt").write_text(text_format.MessageToString(config))
+    assert ensemble_outputs(stock) == ("text_output", "sequence_length")
+    with pytest.raises(ValueError, match="has no text_output"):
+        ensemble_outputs(filled_repo, "preprocessing")
 
 
 def test_in_process_api_is_not_on_pypi():
@@ -112,16 +128,18 @@ def fake_tritonserver(responses):
     return module, calls
 
 
-def response(text=None, tokens=None, error=None):
+def response(text=None, tokens=None, error=None, ids=None):
     outputs = {}
     if text is not None:
         outputs = {"text_output": FakeTensor(np.array([[text.encode()]], dtype=object)),
                    "sequence_length": FakeTensor(np.array([[tokens]], dtype=np.int32))}
+    if ids is not None:
+        outputs["output_ids"] = FakeTensor(np.array([[ids]], dtype=np.int32))
     return types.SimpleNamespace(outputs=outputs, error=error)
 
 
 def test_auto_mode_embeds_triton_where_tritonserver_imports(monkeypatch, filled_repo):
-    module, calls = fake_tritonserver([response("Triton", 1), response(" loads", 2), response()])
+    module, calls = fake_tritonserver([response("Triton", 1), response(" loads", 2, ids=[5, 6]), response()])
     monkeypatch.setitem(sys.modules, "tritonserver", module)
     monkeypatch.setattr(triton_llm, "in_process_available", lambda: True)
     backend = make_backend(filled_repo, "ensemble")
@@ -132,7 +150,7 @@ def test_auto_mode_embeds_triton_where_tritonserver_imports(monkeypatch, filled_
         assert await backend.ready()
         return [c async for c in backend.generate(ensemble_inputs(EnsembleRequest("p", 4, stream=True), 10))]
 
-    assert asyncio.run(run()) == [Chunk("Triton", 1), Chunk(" loads", 2)]
+    assert asyncio.run(run()) == [Chunk("Triton", 1), Chunk(" loads", 2, [5, 6])]
     assert set(calls["inputs"]) == {"text_input", "max_tokens", "stream"}
     backend.stop()
     assert calls["stopped"] and backend.info()["mode"] == "in-process"
@@ -160,7 +178,7 @@ def test_auto_mode_manages_a_process_without_the_module(monkeypatch, filled_repo
 def test_repository_facts(filled_repo, build_root):
     facts = repository_facts(filled_repo)
     assert facts.engine_model == "vllm_engine" and facts.decoupled and facts.max_model_len == 512
-    assert facts.tokenizer_dir.endswith("models/tiny-llama")
+    assert facts.tokenizer_dir.endswith("models/tiny-llama") and facts.skip_special_tokens
     plain = Path(fill_for_profile(load_profile("cpu"), RepoSettings(), output_dir=build_root / "plain")["repository"])
     assert not repository_facts(plain).decoupled
     with pytest.raises(ValueError, match="preprocessing, one engine model and postprocessing"):
