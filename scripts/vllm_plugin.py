@@ -11,8 +11,8 @@ illegal instruction. oneDNN asks when it first runs an AMX kernel of its own, bu
 kernel does not, and a small model's matrix products may never take oneDNN's AMX path. The worker
 then dies at the first request with SIGILL, which vLLM reports as ``Worker proc VllmWorker-0 died
 unexpectedly (exit code: -4)`` followed by ``RuntimeError: cancelled`` and ``EngineDeadError``.
-Asking for the permission in every vLLM process is what this plugin does; on a CPU without AMX,
-or on a GPU node, it does nothing.
+This plugin asks for the permission in every vLLM process. On a CPU without AMX it does nothing;
+where the CPU has AMX, asking is harmless even if nothing then uses it (a GPU node).
 """
 from __future__ import annotations
 
