@@ -17,7 +17,7 @@ env:
 	@bash env/setup_env.sh
 
 run: env
-	$(PY) -m scripts.notebooks --profile $(PROFILE)
+	$(PY) -m scripts.lab.run_notebooks --profile $(PROFILE)
 
 # Unit tests, then every notebook under nbval (outputs compared with the committed ones after
 # sanitising), then the values the notebooks' check cells recorded.
@@ -32,7 +32,7 @@ test-notebooks: env
 
 # Maintainers: re-execute the committed notebooks top to bottom and keep their outputs.
 notebooks-inplace: env
-	$(PY) -m scripts.notebooks --inplace
+	$(PY) -m scripts.lab.run_notebooks --inplace
 
 clean:
 	rm -rf build

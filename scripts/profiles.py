@@ -1,4 +1,4 @@
-"""Profiles (``cpu``, ``gpu-trtllm``) and the build directory every step writes into."""
+"""Profiles (``cpu``, ``gpu-trtllm``): ``env/profiles.toml`` read into one object per profile."""
 from __future__ import annotations
 
 import os
@@ -7,14 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-PROFILES_FILE = REPO_ROOT / "env" / "profiles.toml"
-BUILD_DIR_ENV = "TUTORIAL_BUILD_DIR"
-
-
-def build_dir() -> Path:
-    """The one directory each step writes into and the next one reads (``./build`` by default)."""
-    return Path(os.environ.get(BUILD_DIR_ENV, REPO_ROOT / "build")).resolve()
+from scripts.paths import PROFILES_FILE, build_dir
 
 
 def available_profiles(path: Path = PROFILES_FILE) -> list[str]:

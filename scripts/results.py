@@ -5,11 +5,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from scripts.profiles import build_dir
-
-
-def results_path(notebook: str) -> Path:
-    return build_dir() / "results" / f"{notebook}.json"
+from scripts.paths import results_path
 
 
 def record(notebook: str, **values: Any) -> Path:

@@ -3,8 +3,8 @@ import json
 from pathlib import Path
 
 from scripts import results
-from scripts.engine import read_engine_config
-from scripts.run import reference_path
+from scripts.engine.config import read_engine_config
+from scripts.paths import reference_path
 
 
 def test_00_model_made():
@@ -37,7 +37,7 @@ def test_03_reference_saved():
 
 
 def test_02_repository_filled_and_clean():
-    from scripts.lint_repository import lint
+    from scripts.triton.repository.lint import lint
 
     r = results.load("02_fill_model_repository")
     assert not lint(r["repository"])

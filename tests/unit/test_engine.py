@@ -3,8 +3,8 @@ import shlex
 
 import pytest
 
-from scripts import engine
-from scripts.engine import EngineConfigError
+from scripts.engine import config as engine
+from scripts.engine.config import EngineConfigError
 from scripts.profiles import load_profile
 
 

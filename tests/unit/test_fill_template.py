@@ -3,7 +3,7 @@ import sys
 
 import pytest
 
-from scripts.fill_template import (
+from scripts.triton.repository.fill_template import (
     TemplateError,
     fill_file,
     fill_repository,
@@ -160,7 +160,7 @@ def test_module_entry_point_exits_2(tmp_path):
     src = tmp_path / "config.pbtxt"
     src.write_text(TEMPLATE)
     proc = subprocess.run(
-        [sys.executable, "-m", "scripts.fill_template", str(src), "bogus:1"],
+        [sys.executable, "-m", "scripts.triton.repository.fill_template", str(src), "bogus:1"],
         capture_output=True, text=True, timeout=60,
     )
     assert proc.returncode == 2

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.lint_repository import Problem, format_report, lint, main
+from scripts.triton.repository.lint import Problem, format_report, lint, main
 
 PREPROCESSING = """\
 name: "preprocessing"
@@ -291,7 +291,7 @@ def test_cli_exit_codes(repo, capsys, tmp_path):
 
 def test_module_entry_point(repo):
     (repo / "llm" / "1" / "model.py").unlink()
-    proc = subprocess.run([sys.executable, "-m", "scripts.lint_repository", str(repo)],
+    proc = subprocess.run([sys.executable, "-m", "scripts.triton.repository.lint", str(repo)],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert "python-model-missing" in proc.stdout

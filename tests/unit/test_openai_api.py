@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from scripts.openai_api import (SSE_DONE, Generation, IncrementalDetokenizer, OpenAIError, StopTrimmer, adds_bos, chat_prompt, chunk_body,
+from scripts.serve.openai_api import (SSE_DONE, Generation, IncrementalDetokenizer, OpenAIError, StopTrimmer, adds_bos, chat_prompt, chunk_body,
                                 decode_body, finish_reason, models_body, parse_chat_request, parse_completion_request,
                                 parse_sse, resolve_max_tokens, response_body, sse)
 
@@ -178,7 +178,7 @@ TEXT = "Café naïve 😀 ok"
 @pytest.fixture(scope="module")
 def tiny_tokenizer():
     """The tiny model's byte-level BPE tokenizer, trained here as notebook 01 trains it."""
-    from scripts.tiny_model import TinyLlamaSpec, train_tokenizer
+    from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
 
     return train_tokenizer(TinyLlamaSpec())
 

@@ -5,8 +5,8 @@ import sys
 import time
 from pathlib import Path
 
-from scripts import process_guard as pg
-from scripts import triton_server as ts
+from scripts.triton import process_guard as pg
+from scripts.triton import server as ts
 
 # A stand-in server: a process-group leader that spawns a child which ignores SIGTERM (as
 # multiprocessing's resource tracker does), both in the leader's process group.
@@ -37,7 +37,7 @@ def test_guard_stops_the_group_when_its_owner_dies(tmp_path):
     shm = Path("/dev/shm") / f"guardtest{os.getpid()}_x"
     try:
         shm.write_bytes(b"x")
-        guard = subprocess.Popen([sys.executable, "-m", "scripts.process_guard", "--owner", str(owner.pid), "--group",
+        guard = subprocess.Popen([sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(owner.pid), "--group",
                                   str(leader.pid), "--grace", "1", "--shm-prefix", f"guardtest{os.getpid()}_"],
                                  process_group=leader.pid)
         time.sleep(1)
@@ -57,7 +57,7 @@ def test_guard_stops_the_group_when_its_owner_dies(tmp_path):
 
 def test_guard_leaves_when_the_group_is_stopped_normally():
     leader = start_group()
-    guard = subprocess.Popen([sys.executable, "-m", "scripts.process_guard", "--owner", str(os.getpid()), "--group",
+    guard = subprocess.Popen([sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group",
                               str(leader.pid)], process_group=leader.pid)
     time.sleep(0.5)
     os.killpg(leader.pid, signal.SIGKILL)
@@ -82,7 +82,7 @@ def test_zombies_do_not_count_as_running():
 def test_triton_server_killed_owner_leaves_nothing(tmp_path, build_root):
     """The owner of a real tritonserver is killed with SIGKILL: its guard stops the whole group."""
     (tmp_path / "repo").mkdir()
-    code = ("import os, signal; from scripts.triton_server import TritonServer\n"
+    code = ("import os, signal; from scripts.triton.server import TritonServer\n"
             f"s = TritonServer({str(tmp_path / 'repo')!r}, exit_timeout_s=1)\n"
             "s.start(timeout_s=60); print(s.pid, s.command.shm_prefix, flush=True)\n"
             "os.kill(os.getpid(), signal.SIGKILL)\n")

@@ -1,6 +1,8 @@
 import pytest
 
-from scripts.profiles import REPO_ROOT, available_profiles, build_dir, load_profile
+from scripts.paths import REPO_ROOT, build_dir
+
+from scripts.profiles import available_profiles, load_profile
 
 
 def test_both_profiles_defined():

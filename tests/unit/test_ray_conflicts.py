@@ -1,11 +1,11 @@
-"""Unit tests for scripts.ray_conflicts (no Ray cluster: statuses are faked)."""
+"""Unit tests for scripts.lab.serve_state (no Ray cluster: statuses are faked)."""
 import enum
 import socket
 from types import SimpleNamespace as NS
 
 import pytest
 
-from scripts import ray_conflicts as rc
+from scripts.lab import serve_state as rc
 from scripts.capacity import check_capacity, parse_cluster
 
 

@@ -3,11 +3,13 @@ import sys
 
 import pytest
 
-from scripts import engine, run
-from scripts.engine import EngineConfigError
+from scripts.engine import config as engine
+
+from scripts.engine import run
+from scripts.engine.config import EngineConfigError
 from scripts.profiles import load_profile
-from scripts.run import RunError
-from scripts.tiny_model import TinyLlamaSpec, train_tokenizer
+from scripts.engine.run import RunError
+from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
 
 
 @pytest.fixture
@@ -92,11 +94,11 @@ def test_main_writes_reference_json(engine_dir, tmp_path, monkeypatch, capsys):
 
 def test_cli_command_and_display(tmp_path):
     cmd = run.cli_command(tmp_path / "e", ["a b", "c"], 16, output_json=tmp_path / "o.json", extra=["--dtype", "float32"])
-    assert cmd[:3] == [sys.executable, "-m", "scripts.run"]
+    assert cmd[:3] == [sys.executable, "-m", "scripts.engine.run"]
     assert cmd[-3:] == ["--input_text", "a b", "c"]
     assert cmd[cmd.index("--output_json") + 1] == str(tmp_path / "o.json")
     shown = run.show_command(cmd)
-    assert shown.startswith("python -m scripts.run --engine_dir ") and shown.endswith("--input_text 'a b' c")
+    assert shown.startswith("python -m scripts.engine.run --engine_dir ") and shown.endswith("--input_text 'a b' c")
 
 
 def test_reference_path_under_build(build_root):

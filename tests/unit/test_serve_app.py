@@ -6,12 +6,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import engine, serve_app
+from scripts.engine import config as engine
+
+from scripts.serve import app as serve_app
 from scripts.capacity import check_capacity, parse_cluster
-from scripts.openai_api import OpenAIError, parse_sse
-from scripts.profiles import REPO_ROOT, load_profile
-from scripts.triton_llm import Chunk, TritonRequestError
-from scripts.triton_repo import RepositoryFacts
+from scripts.serve.openai_api import OpenAIError, parse_sse
+from scripts.paths import REPO_ROOT
+from scripts.profiles import load_profile
+from scripts.triton.client import Chunk, TritonRequestError
+from scripts.triton.repository.fill import RepositoryFacts
 
 from test_openai_api import FakeTokenizer
 
@@ -30,7 +33,7 @@ def test_committed_serve_configs_match_the_profiles(capsys):
     assert serve_app.main(["--check"]) == 0, capsys.readouterr().out
     config = yaml.safe_load(serve_app.config_path("cpu").read_text())
     app = config["applications"][0]
-    assert app["import_path"] == "scripts.serve_app:app_builder" and app["route_prefix"] == "/"
+    assert app["import_path"] == "scripts.serve.app:app_builder" and app["route_prefix"] == "/"
     assert config["http_options"]["host"] == "127.0.0.1"
 
 

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from scripts import tiny_model
-from scripts.model import ModelNotFound, prepare_model
+from scripts.model import tiny_llama as tiny_model
+from scripts.model.checkpoint import ModelNotFound, prepare_model
 from scripts.profiles import load_profile
-from scripts.tiny_model import TinyLlamaSpec
+from scripts.model.tiny_llama import TinyLlamaSpec
 
 
 @pytest.fixture(scope="module")

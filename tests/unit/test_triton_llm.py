@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 from google.protobuf import text_format
 
-from scripts import engine, triton_llm
+from scripts.engine import config as engine
+
+from scripts.triton import client as triton_llm
 from scripts.profiles import load_profile
-from scripts.triton_llm import (CHUNK_OUTPUTS, MAX_TOP_K, Chunk, EnsembleRequest, InProcessTriton, chunk_from_outputs,
+from scripts.triton.client import (CHUNK_OUTPUTS, MAX_TOP_K, Chunk, EnsembleRequest, InProcessTriton, chunk_from_outputs,
                                 ensemble_inputs, ensemble_outputs, in_process_available, make_backend)
-from scripts.triton_repo import RepoSettings, fill_for_profile, read_model_config, repository_facts
+from scripts.triton.repository.fill import RepoSettings, fill_for_profile, read_model_config, repository_facts
 
 
 def test_greedy_request_sends_no_sampling_tensors():

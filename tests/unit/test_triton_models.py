@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from scripts import triton_models as tm
-from scripts.tiny_model import TinyLlamaSpec, train_tokenizer
+from scripts.triton.backend import steps as tm
+from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from scripts import process_guard
-from scripts import triton_server as ts
-from scripts.lint_repository import lint
+from scripts.triton import process_guard
+from scripts.triton import server as ts
+from scripts.triton.repository.lint import lint
 from scripts.profiles import load_profile
-from scripts.triton_repo import ENGINE_MODEL, RepoSettings, fill_for_profile, template_values, tree
-from scripts import engine
+from scripts.triton.repository.fill import ENGINE_MODEL, RepoSettings, fill_for_profile, template_values, tree
+from scripts.engine import config as engine
 
 
 def command(**kw):
@@ -131,7 +131,7 @@ def test_backend_dir_can_be_prepared_while_a_stub_runs(tmp_path):
 
 def test_server_left_running_is_stopped_at_interpreter_exit(tmp_path, build_root):
     code = (
-        "import sys; from scripts.triton_server import TritonServer\n"
+        "import sys; from scripts.triton.server import TritonServer\n"
         f"s = TritonServer({str(tmp_path / 'repo')!r}, exit_timeout_s=1)\n"
         "s.start(timeout_s=60); print(s.pid, flush=True)\n"  # exits without stop()
     )

@@ -3,12 +3,12 @@ import subprocess
 import sys
 from importlib.metadata import entry_points
 
-from scripts import vllm_plugin
+from scripts.engine import vllm_plugin
 
 
 def test_the_plugin_is_registered_for_vllm():
     plugins = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
-    assert plugins.get("request_amx") == "scripts.vllm_plugin:request_amx", plugins
+    assert plugins.get("request_amx") == "scripts.engine.vllm_plugin:request_amx", plugins
 
 
 def test_request_amx_asks_only_where_the_cpu_has_amx(monkeypatch):
@@ -23,7 +23,7 @@ def test_request_amx_asks_only_where_the_cpu_has_amx(monkeypatch):
 
 
 def test_vllm_loads_the_plugin_in_a_fresh_process():
-    code = ("import vllm.plugins, scripts.vllm_plugin as p\n"
+    code = ("import vllm.plugins, scripts.engine.vllm_plugin as p\n"
             "seen = []\n"
             "real = p.request_amx\n"
             "p.request_amx = lambda: seen.append(real()) or seen[-1]\n"

@@ -6,12 +6,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.engine import read_engine_config, vllm_engine_kwargs
-from scripts.fill_template import fill_repository
-from scripts.profiles import REPO_ROOT, Profile, build_dir
-from scripts.triton_models import is_true
+from scripts.engine.config import read_engine_config, vllm_engine_kwargs
+from scripts.triton.repository.fill_template import fill_repository
+from scripts.paths import TEMPLATE_DIR, triton_repo_dir
+from scripts.profiles import Profile
+from scripts.triton.backend.steps import is_true
 
-TEMPLATE_DIR = REPO_ROOT / "model_repository"
 COMMON_MODELS = ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls")
 ENGINE_MODEL = {"vllm": "vllm_engine", "tensorrt_llm": "tensorrt_llm"}
 
@@ -36,7 +36,7 @@ class RepoSettings:
 
 
 def repo_dir(profile: Profile) -> Path:
-    return build_dir() / "triton_repo" / profile.name
+    return triton_repo_dir(profile.name)
 
 
 def template_values(engine_config: dict[str, Any], s: RepoSettings) -> dict[str, dict[str, Any]]:
@@ -121,7 +121,7 @@ def read_model_config(repo: Path, model: str):
     try:
         text_format.Parse(path.read_text(), config)
     except text_format.ParseError as exc:
-        raise ValueError(f"{path} does not parse ({exc}): run scripts.lint_repository on it") from None
+        raise ValueError(f"{path} does not parse ({exc}): run scripts.triton.repository.lint on it") from None
     return config
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.profiles import Profile
-from scripts.tiny_model import TinyLlamaSpec, make_tiny_llama
+from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama
 
 LLAMA_HF_ID = "meta-llama/Llama-3.2-1B-Instruct"
 

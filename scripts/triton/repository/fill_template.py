@@ -2,7 +2,7 @@
 
 The command line has the shape of TensorRT-LLM's ``tools/fill_template.py``::
 
-    python -m scripts.fill_template [-i] FILE "key:value,key:value" [--allow-unfilled a,b]
+    python -m scripts.triton.repository.fill_template [-i] FILE "key:value,key:value" [--allow-unfilled a,b]
 
 Inside the substitution string a backslash escapes the next character: ``\\,`` is a
 comma and ``\\:`` a colon inside a value, ``\\\\`` a backslash. Unlike upstream, a key
@@ -249,7 +249,7 @@ def fill_repository(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m scripts.fill_template",
+        prog="python -m scripts.triton.repository.fill_template",
         description="Fill ${placeholders} of a Triton config.pbtxt template, strictly.",
     )
     parser.add_argument("-i", "--in_place", action="store_true", help="write FILE in place instead of printing")

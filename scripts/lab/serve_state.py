@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from scripts.triton_server import free_port  # noqa: F401  (re-exported for the notebook)
+from scripts.triton.server import free_port  # noqa: F401  (re-exported for the notebook)
 
 #: Keys of a deployment dict that map onto ``Deployment.options``.
 DEPLOYMENT_KEYS = ("name", "num_replicas", "autoscaling_config", "ray_actor_options", "max_replicas_per_node",

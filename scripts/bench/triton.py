@@ -1,6 +1,6 @@
 """Throughput of Triton's ``generate_stream`` against vLLM offline, side by side in one run.
 
-``python -m scripts.bench_triton --url http://127.0.0.1:PORT --engine_dir build/engine/vllm``
+``python -m scripts.bench.triton --url http://127.0.0.1:PORT --engine_dir build/engine/vllm``
 sends N concurrent ``generate_stream`` requests of T tokens each (``end_id`` -1: no early stop) to
 the running server's ensemble, then runs the same prompts through vLLM's offline ``LLM.generate``
 in a child process, and prints both rates and their ratio. Prints one JSON line last.
@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import requests
 
-from scripts.tiny_model import corpus_lines
+from scripts.model.tiny_llama import corpus_lines
 
 
 def bench_prompts(n: int) -> list[str]:
@@ -47,7 +47,7 @@ def bench_triton(url: str, prompts: list[str], tokens: int, model: str = "ensemb
 
 def bench_offline(engine_dir: str, prompts: list[str], tokens: int) -> dict:
     """vLLM offline in a child process (vLLM must be created under a __main__ guard)."""
-    cmd = [sys.executable, "-m", "scripts.bench_triton", "--offline", "--engine_dir", engine_dir,
+    cmd = [sys.executable, "-m", "scripts.bench.triton", "--offline", "--engine_dir", engine_dir,
            "--tokens", str(tokens), "--requests", str(len(prompts))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
@@ -58,7 +58,7 @@ def bench_offline(engine_dir: str, prompts: list[str], tokens: int) -> dict:
 def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
     import os
 
-    from scripts.engine import read_engine_config, vllm_engine_kwargs, vllm_environment
+    from scripts.engine.config import read_engine_config, vllm_engine_kwargs, vllm_environment
 
     config = read_engine_config(engine_dir)
     os.environ.update(vllm_environment(config))

@@ -7,7 +7,7 @@ Library::
 
 Command line (runs until Ctrl-C, then stops the server and everything it started)::
 
-    python -m scripts.triton_server --model_repo build/triton_repo/cpu
+    python -m scripts.triton.server --model_repo build/triton_repo/cpu
 
 The ``cpu`` profile runs the binary shipped in the nvidia-pytriton wheel with a backend directory
 assembled under the build directory: the Python backend, the stub built for this interpreter,
@@ -32,10 +32,9 @@ from pathlib import Path
 import requests
 
 from scripts import envcheck
-from scripts.process_guard import live_group_members, stop_group
-from scripts.profiles import REPO_ROOT, build_dir
+from scripts.triton.process_guard import live_group_members, stop_group
+from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
 
-PYTHON_BASED_BACKENDS = REPO_ROOT / "scripts" / "triton_backends"
 
 
 class TritonStartError(RuntimeError):
@@ -50,7 +49,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def prepare_backend_dir(dest: Path | None = None) -> Path:
     """A backend directory for the wheel's server: Python backend + this interpreter's stub + ``vllm``."""
-    dest = dest or build_dir() / "triton" / "backends"
+    dest = dest or triton_backend_dir()
     python_dir = dest / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
     wheel_python = envcheck.pytriton_root() / "backends" / "python"
@@ -143,7 +142,7 @@ class TritonServer:
                                      Path(backend_dir) if backend_dir else None,
                                      f"tutorial{uuid.uuid4().hex[:8]}_", exit_timeout_s, world_size, binary,
                                      extra_args=extra_args)
-        self.log_path = log_path or build_dir() / "triton" / "logs" / f"tritonserver-{self.command.http_port}.log"
+        self.log_path = log_path or triton_log_path(self.command.http_port)
         self.process: subprocess.Popen | None = None
         self.guard: subprocess.Popen | None = None
 
@@ -194,7 +193,7 @@ class TritonServer:
             # A guard in the server's group stops it if this process is killed outright (no atexit).
             try:
                 self.guard = subprocess.Popen(
-                    [sys.executable, "-m", "scripts.process_guard", "--owner", str(os.getpid()), "--group",
+                    [sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group",
                      str(self.process.pid), "--grace", str(self.command.exit_timeout_s + 10),
                      "--shm-prefix", self.command.shm_prefix],
                     stdout=log, stderr=subprocess.STDOUT, process_group=self.process.pid, cwd=REPO_ROOT)

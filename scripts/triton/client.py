@@ -108,7 +108,7 @@ def chunk_from_outputs(text_output: np.ndarray, sequence_length: np.ndarray | No
 def ensemble_outputs(model_repository: str | Path, model_name: str = "ensemble") -> tuple[str, ...]:
     """Those of :data:`CHUNK_OUTPUTS` that the filled ensemble declares (asking for an undeclared
     output fails the request)."""
-    from scripts.triton_repo import read_model_config  # noqa: PLC0415
+    from scripts.triton.repository.fill import read_model_config  # noqa: PLC0415
 
     declared = {output.name for output in read_model_config(Path(model_repository), model_name).output}
     if "text_output" not in declared:
@@ -234,7 +234,7 @@ class ManagedTriton:
     mode = "managed process"
 
     def __init__(self, model_repository: str | Path, model_name: str = "ensemble", ready_timeout_s: float = 600):
-        from scripts.triton_server import TritonServer  # noqa: PLC0415
+        from scripts.triton.server import TritonServer  # noqa: PLC0415
 
         self.model_name = model_name
         # Explicit model control: only the ensemble and the models it names are loaded (the

@@ -4,7 +4,7 @@ Every ``config.pbtxt`` is parsed with Triton's own ``ModelConfig`` protobuf (shi
 tritonclient), then checked for the mistakes that make a server refuse a model or an
 ensemble at load time. Usage::
 
-    python -m scripts.lint_repository REPO_DIR    # exit 0: clean, 1: problems, 2: bad call
+    python -m scripts.triton.repository.lint REPO_DIR    # exit 0: clean, 1: problems, 2: bad call
 
 Each problem prints as ``path:line: rule: message (fix: ...)``; line 0 means unknown.
 """
@@ -22,7 +22,7 @@ try:
     from tritonclient.grpc import model_config_pb2
 except (ImportError, RuntimeError) as exc:  # tritonclient without its grpc extra raises RuntimeError
     raise ImportError(
-        "scripts.lint_repository needs Triton's ModelConfig protobuf: "
+        "scripts.triton.repository.lint needs Triton's ModelConfig protobuf: "
         "pip install 'tritonclient[grpc]' (bash env/setup_env.sh installs it)"
     ) from exc
 
@@ -114,7 +114,7 @@ def _load(folder: Path, problems: list[Problem]) -> _Model:
     except text_format.ParseError as exc:
         model.config = None
         message = re.sub(r"^\d+:\d+ : ", "", str(exc))
-        hint = "; fill any ${...} left in it with scripts.fill_template" if "${" in text else ""
+        hint = "; fill any ${...} left in it with scripts.triton.repository.fill_template" if "${" in text else ""
         problems.append(model.problem(exc.GetLine() or 0, "parse", message,
                                       f"correct the config at that line{hint}"))
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
@@ -262,7 +262,7 @@ def format_report(problems: LintResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.lint_repository",
+    parser = argparse.ArgumentParser(prog="python -m scripts.triton.repository.lint",
                                      description="Lint a Triton model repository.")
     parser.add_argument("repo_dir", metavar="REPO_DIR", help="the model repository to check")
     args = parser.parse_args(argv)

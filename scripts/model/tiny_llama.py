@@ -1,7 +1,7 @@
 """Make the embedded tiny Llama of the ``cpu`` profile, offline and deterministically.
 
 The model is a real Hugging Face Llama (``LlamaForCausalLM``) with a byte-level BPE tokenizer,
-both trained here on text this repository owns (``scripts/data``). It is small enough to train
+both trained here on text this repository owns (``scripts/model/data``). It is small enough to train
 in well under a minute on two cores, and it memorises its text, so greedy answers are readable
 sentences and stable: the margins between the top tokens are large, which keeps greedy output
 identical across vLLM, Triton and Ray Serve.

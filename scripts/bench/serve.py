@@ -1,6 +1,6 @@
 """Throughput through Ray Serve against the same Triton called directly, side by side in one run.
 
-``python -m scripts.bench_serve --serve-url http://127.0.0.1:PORT --triton-grpc 127.0.0.1:PORT
+``python -m scripts.bench.serve --serve-url http://127.0.0.1:PORT --triton-grpc 127.0.0.1:PORT
 --model-repository build/triton_repo/cpu-serve`` sends the same greedy chat requests two ways, at
 the same concurrency: straight to a replica's Triton ensemble (gRPC, the prompt rendered with the
 chat template as the app renders it), then through Serve's ``/v1/chat/completions``. It counts
@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx
 
-from scripts.openai_api import chat_prompt
-from scripts.tiny_model import chat_examples
-from scripts.triton_llm import EnsembleRequest, GrpcEnsemble, ensemble_inputs
-from scripts.triton_repo import repository_facts
+from scripts.serve.openai_api import chat_prompt
+from scripts.model.tiny_llama import chat_examples
+from scripts.triton.client import EnsembleRequest, GrpcEnsemble, ensemble_inputs
+from scripts.triton.repository.fill import repository_facts
 
 
 def bench_messages(n: int) -> list[list[dict[str, str]]]:

@@ -3,13 +3,13 @@
 Routes (FastAPI ingress): ``GET /generate?query=...&max_tokens=...``, ``POST /v1/chat/completions``
 (plain or ``stream: true`` Server-Sent Events ending in ``data: [DONE]``), ``POST /v1/completions``,
 ``GET /v1/models`` and ``GET /health``. Each replica starts its own Triton on the filled model
-repository (:mod:`scripts.triton_llm`) and reports healthy to Serve only while Triton's
+repository (:mod:`scripts.triton.client`) and reports healthy to Serve only while Triton's
 ``ensemble`` model is ready.
 
 Run it::
 
-    serve run scripts.serve_app:app                               # development, profile cpu
-    serve run scripts.serve_app:app_builder profile=cpu mode=managed
+    serve run scripts.serve.app:app                               # development, profile cpu
+    serve run scripts.serve.app:app_builder profile=cpu mode=managed
     ray start --head && serve deploy env/serve/cpu.yaml           # a running cluster
 
 ``env/serve/<profile>.yaml`` is the ``serve build``-style config with the autoscaling and resource
@@ -28,16 +28,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
-from scripts.openai_api import (SSE_DONE, Generation, IncrementalDetokenizer, OpenAIError, StopTrimmer, chunk_body,
+from scripts.serve.openai_api import (SSE_DONE, Generation, IncrementalDetokenizer, OpenAIError, StopTrimmer, chunk_body,
                                 finish_reason, models_body, parse_chat_request, parse_completion_request,
                                 resolve_max_tokens, response_body, sse, usage)
-from scripts.profiles import REPO_ROOT, Profile, build_dir, load_profile
-from scripts.triton_llm import Chunk, EnsembleRequest, TritonRequestError, ensemble_inputs, make_backend
-from scripts.triton_repo import RepoSettings, fill_for_profile, repository_facts
+from scripts.paths import SERVE_CONFIG_DIR, triton_repo_dir
+from scripts.profiles import Profile, load_profile
+from scripts.triton.client import Chunk, EnsembleRequest, TritonRequestError, ensemble_inputs, make_backend
+from scripts.triton.repository.fill import RepoSettings, fill_for_profile, repository_facts
 
 APP_NAME = "llm"
 DEPLOYMENT_NAME = "TritonLLM"
-SERVE_CONFIG_DIR = REPO_ROOT / "env" / "serve"
 BUILDER_ARGS = ("profile", "model_repository", "mode", "served_model_name")
 
 api = FastAPI(title="LLM on Triton behind Ray Serve", description="OpenAI-compatible routes over a Triton ensemble")
@@ -63,7 +63,7 @@ def triton_failed(exc: TritonRequestError) -> OpenAIError:
 
 def serve_repo_dir(profile: Profile) -> Path:
     """The Serve application's model repository: notebook 02's models filled with ``decoupled_mode: true``."""
-    return build_dir() / "triton_repo" / f"{profile.name}-serve"
+    return triton_repo_dir(f"{profile.name}-serve")
 
 
 def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None) -> dict[str, Any]:
@@ -238,7 +238,7 @@ def app_config(profile: Profile, http_port: int = 8000) -> dict[str, Any]:
         "applications": [{
             "name": APP_NAME,
             "route_prefix": "/",
-            "import_path": "scripts.serve_app:app_builder",
+            "import_path": "scripts.serve.app:app_builder",
             "args": {"profile": profile.name},
             "deployments": [deployment_options(profile)],
         }],
@@ -251,13 +251,13 @@ def config_path(profile_name: str) -> Path:
 
 def render_app_config(profile: Profile) -> str:
     header = (f"# Ray Serve config of the LLM application, profile {profile.name} (`serve deploy` this file on a cluster\n"
-              "# started with `ray start --head`). Generated from env/profiles.toml by scripts.serve_app; a unit test\n"
+              "# started with `ray start --head`). Generated from env/profiles.toml by scripts.serve.app; a unit test\n"
               "# keeps the two in step. The capacity checker reads it: python -m scripts.capacity --serve-config ...\n")
     return header + yaml.safe_dump(app_config(profile), sort_keys=False)
 
 
 def app_builder(args: dict[str, Any] | None = None):
-    """The application for ``serve run`` / ``serve deploy`` (``import_path: scripts.serve_app:app_builder``).
+    """The application for ``serve run`` / ``serve deploy`` (``import_path: scripts.serve.app:app_builder``).
 
     ``args``: ``profile`` (default cpu), ``model_repository`` (default ``build/triton_repo/<profile>-serve``;
     relative paths are relative to the repository root), ``mode`` (auto | managed | in-process),
@@ -280,7 +280,7 @@ def app_builder(args: dict[str, Any] | None = None):
 
 
 def __getattr__(name: str):
-    # `serve run scripts.serve_app:app` builds the default application on first access only, so
+    # `serve run scripts.serve.app:app` builds the default application on first access only, so
     # importing this module (as every replica does) needs no filled repository.
     if name == "app":
         return app_builder({})
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
             path.write_text(text)
             print(f"wrote {path}")
     if stale:
-        print(f"out of date with env/profiles.toml: {', '.join(stale)} (python -m scripts.serve_app)")
+        print(f"out of date with env/profiles.toml: {', '.join(stale)} (python -m scripts.serve.app)")
         return 1
     return 0
 

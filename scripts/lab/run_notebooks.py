@@ -1,6 +1,6 @@
 """Execute the notebooks in order with papermill (``make run``), one summary line per notebook.
 
-``python -m scripts.notebooks --profile cpu`` writes executed copies under ``build/executed``.
+``python -m scripts.lab.run_notebooks --profile cpu`` writes executed copies under ``build/executed``.
 ``--inplace`` re-executes the committed notebooks themselves (maintainers, before committing),
 so their saved outputs are the outputs of a top-to-bottom run.
 """
@@ -11,9 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.profiles import REPO_ROOT, build_dir
+from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, executed_dir
 
-NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 DEFAULT_PROFILE = "cpu"
 
 
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inplace", action="store_true", help="overwrite the committed notebooks with the executed ones")
     parser.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 00 03")
     args = parser.parse_args(argv)
-    out_dir = build_dir() / "executed" / args.profile
+    out_dir = executed_dir(args.profile)
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     for path in notebook_paths(only=args.only):

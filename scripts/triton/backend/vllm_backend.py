@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scripts.engine import read_engine_config, vllm_engine_kwargs, vllm_environment
-from scripts.triton_models import (check_prompt_text, check_request_size, decode_texts, engine_request,
+from scripts.engine.config import read_engine_config, vllm_engine_kwargs, vllm_environment
+from scripts.triton.backend.steps import (check_prompt_text, check_request_size, decode_texts, engine_request,
                                    model_parameter, sampling_from_json)
 
 TOKEN_MODE_INPUTS = {"input_ids"}

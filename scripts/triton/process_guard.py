@@ -9,7 +9,7 @@ inside the server's group, watches the owner. When the owner is gone, it sends t
 waits ``--grace`` seconds, kills what is left, and removes the server's shared-memory segments.
 When the group is stopped normally, the guard gets the same SIGTERM and exits.
 
-    python -m scripts.process_guard --owner PID --group PGID [--grace 15] [--shm-prefix P]
+    python -m scripts.triton.process_guard --owner PID --group PGID [--grace 15] [--shm-prefix P]
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Same command-line shape as TensorRT-LLM's ``examples/run.py``::
 
-    python -m scripts.run --engine_dir build/engine/vllm --tokenizer_dir build/models/tiny-llama \
+    python -m scripts.engine.run --engine_dir build/engine/vllm --tokenizer_dir build/models/tiny-llama \
         --max_output_len 32 --input_text "Ray Serve takes" "Triton loads"
 
 The engine directory's ``engine_config.json`` says which engine runs: vLLM (``cpu`` profile) or
@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from scripts.engine import VLLM_DTYPES, EngineConfigError, read_engine_config, vllm_engine_kwargs, vllm_environment
-from scripts.profiles import REPO_ROOT, build_dir
+from scripts.engine.config import VLLM_DTYPES, EngineConfigError, read_engine_config, vllm_engine_kwargs, vllm_environment
+from scripts.paths import REPO_ROOT, build_dir, reference_path
 
 
 class RunError(ValueError):
@@ -133,14 +133,9 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 # -- helpers for notebooks: run.py as a command, the way a reader runs it in a terminal -------------
 
-def reference_path() -> Path:
-    """Where notebook 03 saves the greedy reference that Triton and Ray Serve must reproduce."""
-    return build_dir() / "reference" / "greedy_reference.json"
-
-
 def cli_command(engine_dir: str | Path, prompts: Sequence[str], max_output_len: int,
                 output_json: str | Path | None = None, extra: Sequence[str] = ()) -> list[str]:
-    cmd = [sys.executable, "-m", "scripts.run", "--engine_dir", str(engine_dir),
+    cmd = [sys.executable, "-m", "scripts.engine.run", "--engine_dir", str(engine_dir),
            "--max_output_len", str(max_output_len), *extra]
     if output_json is not None:
         cmd += ["--output_json", str(output_json)]

@@ -1,0 +1,5 @@
+import sys
+
+from scripts.capacity import main
+
+sys.exit(main())

@@ -1,0 +1,60 @@
+"""Every path the pipeline reads or writes, in one place.
+
+Data flows one way through the build directory (``./build``, or ``$TUTORIAL_BUILD_DIR``): each
+notebook writes there and the next one reads. The source folders it reads from are named here too.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BUILD_DIR_ENV = "TUTORIAL_BUILD_DIR"
+
+# Sources (in the repository)
+PROFILES_FILE = REPO_ROOT / "env" / "profiles.toml"
+SERVE_CONFIG_DIR = REPO_ROOT / "env" / "serve"
+TEMPLATE_DIR = REPO_ROOT / "model_repository"
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+# Python-based Triton backends of this repository: one folder per backend, holding its model.py
+PYTHON_BASED_BACKENDS = REPO_ROOT / "scripts" / "triton" / "backend" / "python_based"
+
+
+def build_dir() -> Path:
+    """The one directory each step writes into and the next one reads (``./build`` by default)."""
+    return Path(os.environ.get(BUILD_DIR_ENV, REPO_ROOT / "build")).resolve()
+
+
+def triton_repo_dir(name: str) -> Path:
+    """A filled Triton model repository: ``<profile>`` (notebook 02) or ``<profile>-serve`` (notebook 05)."""
+    return build_dir() / "triton_repo" / name
+
+
+def reference_path() -> Path:
+    """Where notebook 03 saves the greedy reference that Triton and Ray Serve must reproduce."""
+    return build_dir() / "reference" / "greedy_reference.json"
+
+
+def results_path(notebook: str) -> Path:
+    """The values a notebook's check cell recorded (read by ``tests/notebooks``)."""
+    return build_dir() / "results" / f"{notebook}.json"
+
+
+def triton_backend_dir() -> Path:
+    """The backend directory assembled for the wheel's ``tritonserver`` (``--backend-directory``)."""
+    return build_dir() / "triton" / "backends"
+
+
+def triton_log_path(http_port: int) -> Path:
+    return build_dir() / "triton" / "logs" / f"tritonserver-{http_port}.log"
+
+
+def executed_dir(profile_name: str) -> Path:
+    """Where ``make run`` writes the executed copies of the notebooks."""
+    return build_dir() / "executed" / profile_name
+
+
+def shown(text: object) -> str:
+    """``text`` with this machine's build and repository paths written as ``build/...`` and relative
+    paths, so printed output reads the same on every machine."""
+    return str(text).replace(str(build_dir()), "build").replace(str(REPO_ROOT) + "/", "")

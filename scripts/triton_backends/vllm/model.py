@@ -1,3 +1,0 @@
-# Triton's Python-based backend "vllm": Triton loads this file for models with backend: "vllm".
-# The implementation lives in scripts/vllm_backend.py (importable through the venv's editable install).
-from scripts.vllm_backend import TritonPythonModel  # noqa: F401
