@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python3
 PROFILE ?= cpu
 # Triton's Python-backend stub finds its packages through the first python3 on PATH: the venv's.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-# The stub starts in the C locale; vLLM/torch need UTF-8 (see DESIGN notes in notebook 04).
+# The stub starts in the C locale; vLLM/torch need UTF-8 (notebook 04 explains; the vllm backend sets it).
 export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900

@@ -26,13 +26,15 @@ def notebook_paths(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None
     return paths
 
 
-def execute(path: Path, output: Path, profile: str) -> float:
+def execute(path: Path, output: Path, profile: str, progress: bool = True) -> float:
+    """Run one notebook top to bottom; papermill's bar counts its cells as they run (on stderr)."""
     import papermill as pm
 
     parameters = {} if profile == DEFAULT_PROFILE else {"PROFILE": profile}
     start = time.monotonic()
     pm.execute_notebook(str(path), str(output), parameters=parameters, cwd=str(path.parent),
-                        kernel_name="python3", progress_bar=False, log_output=False)
+                        kernel_name="python3", language="python", progress_bar=progress and {"desc": path.stem[:2], "unit": "cell"},
+                        log_output=False)
     return time.monotonic() - start
 
 
@@ -47,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     for path in notebook_paths(only=args.only):
         target = path if args.inplace else out_dir / path.name
+        print(f"{path.stem:<32} running ...", flush=True)
         try:
             seconds = execute(path, target, args.profile)
             print(f"{path.stem:<32} ok      {seconds:6.1f} s  -> {target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target}", flush=True)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from scripts.triton.server import free_port  # noqa: F401  (re-exported for the notebook)
+from scripts.triton.process_guard import still_running
 
 #: Keys of a deployment dict that map onto ``Deployment.options``.
 DEPLOYMENT_KEYS = ("name", "num_replicas", "autoscaling_config", "ray_actor_options", "max_replicas_per_node",
@@ -141,6 +141,12 @@ def all_running(expected: int) -> Callable[[AppState], bool]:
     return lambda s: s.app_status == "RUNNING" and s.running == expected and s.not_ready == 0
 
 
+def scaled_to(replicas: int) -> Callable[[AppState], bool]:
+    """Condition: back to ``replicas`` running, none stopping, the deployment HEALTHY (after a
+    downscale Serve keeps the stopped replica as STOPPING for a moment)."""
+    return lambda s: all_running(replicas)(s) and not s.replicas.get("STOPPING") and s.deployment_status == "HEALTHY"
+
+
 def pending_with_message(running: int = 0) -> Callable[[AppState], bool]:
     """Condition: ``running`` replicas run, others wait, and Serve has said why, about all of them
     (its message counts the replicas that waited longer than the threshold; while replicas still
@@ -171,6 +177,20 @@ def wait_for_app(app: str, condition: Callable[[AppState], bool], timeout_s: flo
         sleep(poll_s)
 
 
+def show_pending(app: str, timeout_s: float, running: int = 0) -> tuple[AppState, float]:
+    """Wait until ``running`` replicas run and Serve says why the others wait; print the state."""
+    state, waited = wait_for_app(app, pending_with_message(running), timeout_s)
+    print(state.format())
+    return state, waited
+
+
+def show_running(app: str, replicas: int, timeout_s: float) -> tuple[AppState, float]:
+    """Wait until ``replicas`` replicas run; print the state."""
+    state, waited = wait_for_app(app, all_running(replicas), timeout_s)
+    print(state.format())
+    return state, waited
+
+
 # -- what the autoscaler sees (`ray status`) -------------------------------------------------
 
 def _clean_bundle(bundle: Mapping[str, float]) -> dict[str, float]:
@@ -197,6 +217,19 @@ def pending_demands(gcs_address: str | None = None) -> list[tuple[dict[str, floa
 
     address = gcs_address or ray.get_runtime_context().gcs_address
     return demands_from_status(get_cluster_status(address))
+
+
+def wait_for_demands(timeout_s: float = 30.0, poll_s: float = 0.5,
+                     demands_fn: Callable[[], list] | None = None) -> list[tuple[dict[str, float], int]]:
+    """The pending demands once the autoscaler reports some (it refreshes every second or so), or
+    ``[]`` after ``timeout_s``."""
+    demands_fn = demands_fn or pending_demands
+    deadline = time.monotonic() + timeout_s
+    while True:
+        demands = demands_fn()
+        if demands or time.monotonic() > deadline:
+            return demands
+        time.sleep(poll_s)
 
 
 def format_demands(demands: Iterable[tuple[Mapping[str, float], int]]) -> str:
@@ -248,31 +281,6 @@ def deploy(deployment_cls: Any, app: str, deployment: Mapping[str, Any], *, rout
     serve._run(bound, name=app, route_prefix=route_prefix or f"/{app}", _blocking=False)
 
 
-def ray_process_ids() -> list[int]:
-    """PIDs of the processes this driver's ``ray.init`` started (GCS, raylet, ...), to check after
-    ``ray.shutdown()`` that none is left."""
-    import ray  # noqa: PLC0415
-
-    node = ray._private.worker._global_node
-    if node is None:
-        return []
-    return sorted(info.process.pid for infos in node.all_processes.values() for info in infos
-                  if getattr(info, "process", None) is not None)
-
-
-def alive(pids: Iterable[int], timeout_s: float = 10.0, poll_s: float = 0.2) -> list[int]:
+def alive(pids: Iterable[int], timeout_s: float = 10.0) -> list[int]:
     """Those of ``pids`` still running (zombies count as gone) after waiting up to ``timeout_s``."""
-    import psutil  # noqa: PLC0415
-
-    def running(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = [p for p in pids if running(p)]
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(poll_s)
+    return still_running(list(pids), timeout_s)

@@ -47,6 +47,21 @@ def live_group_members(pgid: int) -> list[int]:
     return sorted(members)
 
 
+def still_running(pids: list[int], timeout_s: float = 10.0, poll_s: float = 0.2) -> list[int]:
+    """Those of ``pids`` still running (zombies count as gone) after waiting up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [p for p in pids if is_running(p)]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(poll_s)
+
+
+def shm_segments(*prefixes: str) -> list[Path]:
+    """The ``/dev/shm`` entries whose names start with any of ``prefixes`` (a server's shared memory)."""
+    return sorted(p for p in Path("/dev/shm").iterdir() if any(prefix and p.name.startswith(prefix) for prefix in prefixes))
+
+
 def _signal_all(pids: list[int], signum: int) -> None:
     for pid in pids:
         try:
@@ -70,7 +85,7 @@ def stop_group(pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s:
     while [p for p in others if is_running(p)] and time.monotonic() < deadline:  # SIGKILL is not instant
         time.sleep(poll_s)
     if shm_prefix:
-        for segment in Path("/dev/shm").glob(f"{shm_prefix}*"):
+        for segment in shm_segments(shm_prefix):
             segment.unlink(missing_ok=True)
     return others
 

@@ -1,73 +1,88 @@
-"""Assert the key values the notebooks' check cells recorded (run after `pytest --nbval notebooks`)."""
+"""Assert what the notebooks' check cells recorded (run after `pytest --nbval notebooks`).
+
+Expectations come from the profile each notebook ran with and the parameters it recorded, never
+from this file's own copies of them: a reader who runs a notebook with other parameters (or on
+another profile) gets checks that still hold.
+"""
 import json
 from pathlib import Path
+
+import pytest
 
 from scripts import results
 from scripts.engine.config import read_engine_config
 from scripts.paths import reference_path
+from scripts.profiles import load_profile
+from scripts.triton.repository.fill import COMMON_MODELS
+from scripts.triton.repository.lint import lint
+
+
+def recorded(notebook):
+    r = results.load(notebook)
+    return r, load_profile(r["profile"])
 
 
 def test_00_model_made():
-    r = results.load("00_check_environment")
-    assert r["tritonserver"] == "2.51.0" and r["python"].startswith("3.11.")
+    r, profile = recorded("00_check_environment")
+    assert r["tritonserver"] == profile["tritonserver_version"]
     assert r["architecture"] == "LlamaForCausalLM"
     model_dir = Path(r["model_dir"])
-    assert (model_dir / "model.safetensors").is_file() and (model_dir / "tokenizer.json").is_file()
-    if r["profile"] == "cpu":
-        assert 300_000 < r["parameters"] < 2_000_000 and r["vocab_size"] <= 2048
+    assert (model_dir / "config.json").is_file() and (model_dir / "tokenizer.json").is_file()
+    config = json.loads((model_dir / "config.json").read_text())
+    assert config["vocab_size"] == r["vocab_size"]
+    if profile["recites_corpus"]:
+        assert r["probe_text"].startswith(profile["probe_continuation"])
 
 
 def test_01_engine_config_readable():
-    r = results.load("01_build_engine")
+    r, _ = recorded("01_build_engine")
     config = read_engine_config(Path(r["engine_config"]).parent)
     assert config["engine"] == r["engine"] and r["check_output"].strip()
 
 
+def test_02_repository_filled_and_clean():
+    r, _ = recorded("02_fill_model_repository")
+    repo = Path(r["repository"])
+    assert not lint(repo)
+    assert set(COMMON_MODELS) <= set(r["models"])
+    ensemble = (repo / "ensemble" / "config.pbtxt").read_text()
+    assert f"max_batch_size: {r['triton_max_batch_size']}" in ensemble
+
+
 def test_03_reference_saved():
-    r = results.load("03_verify_engine")
+    r, _ = recorded("03_verify_engine")
     ref = json.loads(reference_path().read_text())
-    assert len(ref["results"]) == r["prompts"] == 5
+    assert len(ref["results"]) == r["prompts"] == r["expected_prompts"]
+    assert ref["max_output_len"] == r["max_output_len"]
     assert [len(x["output_ids"]) for x in ref["results"]] == r["output_lengths"]
     for x in ref["results"]:
-        assert 0 < len(x["output_ids"]) <= ref["max_output_len"] == 32
-        assert x["output_text"].strip()
-    if results.load("00_check_environment")["profile"] == "cpu":
-        # the tiny Llama recites its corpus: the first reference continues a corpus sentence
-        assert ref["results"][0]["output_text"].startswith(" the traffic, balances it, scales the replicas")
-
-
-def test_02_repository_filled_and_clean():
-    from scripts.triton.repository.lint import lint
-
-    r = results.load("02_fill_model_repository")
-    assert not lint(r["repository"])
-    assert {"preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls"} <= set(r["models"])
-    assert r["triton_max_batch_size"] == 4 and r["decoupled_mode"] is False
+        assert 0 < len(x["output_ids"]) <= r["max_output_len"] and x["output_text"].strip()
+        assert x["input_ids"][0] == ref["bos_token_id"]
 
 
 def test_04_triton_reproduced_the_reference_and_served_the_burst():
-    r = results.load("04_launch_triton_server")
-    assert r["greedy_text_equal"] and r["grpc_ids_equal"]
-    bench = r["bench"]
-    assert bench["triton"]["succeeded"] == bench["triton"]["requests"] == 64
-    assert bench["triton"]["tok_per_s"] > 0 and bench["offline"]["tok_per_s"] > 0
+    r, profile = recorded("04_launch_triton_server")
+    assert r["greedy_text_equal"] and r["engine_ids_equal"]
+    triton = r["bench"]["triton"]
+    assert triton["succeeded"] == triton["requests"] == r["bench_requests"] and triton["tok_per_s"] > 0
+    if profile["offline_baseline"]:
+        assert r["bench"]["offline"]["tok_per_s"] > 0 and r["bench"]["ratio"] > 0
 
 
 def test_05_serve_reproduced_the_reference_scaled_and_served_the_benchmark():
-    r = results.load("05_serve_with_ray")
-    assert r["capacity_ok"] and r["greedy_text_equal"]
-    assert set(r["bad_status"].values()) <= {400, 404} and len(r["bad_status"]) == 9
+    r, _ = recorded("05_serve_with_ray")
+    assert r["greedy_text_equal"]
+    assert set(r["bad_status"].values()) <= {400, 404} and len(r["bad_status"]) == r["bad_requests"]
     assert r["burst"]["error_count"] == 0 and r["burst"]["succeeded"] > 0
     assert r["upscale_s"] > 0 and r["downscale_s"] > 0
     bench = r["bench"]
-    if r["mode"] == "managed process":  # in-process Triton has no port to benchmark directly
-        assert bench["serve"]["succeeded"] == bench["serve"]["requests"] == 200 and not bench["serve"]["errors"]
-        assert bench["triton"]["succeeded"] == 200 and bench["same_text"] == 200
-        assert bench["concurrency"] == 32 and 0 < bench["ratio"]
+    if bench is not None:  # in-process Triton has no port to benchmark directly
+        assert bench["serve"]["succeeded"] == bench["serve"]["requests"] == r["bench_requests"]
+        assert not bench["serve"]["errors"] and bench["all_same_text"]
 
 
 def test_06_conflicts_reproduced_and_fixed():
-    r = results.load("06_troubleshoot_gpu_resources")
+    r, _ = recorded("06_troubleshoot_gpu_resources")
     gpus = r["gpus"]
     assert gpus >= 1
     assert r["findings"] == {"1": ["unschedulable_replica"], "2": ["max_replicas"], "3": ["min_replicas"],
@@ -84,4 +99,9 @@ def test_06_conflicts_reproduced_and_fixed():
     assert running["1_fixed"] == running["1_placement_group"] == running["4_fixed"] == 1
     assert running["override_too_big"] == running["override_picky"] == 1
     assert 1 <= r["max_safe_instance_count"] < r["instance_count"]
-    assert r["max_safe_instance_count_shared"] <= r["max_safe_instance_count"] // 2
+    assert r["max_safe_instance_count_shared"] <= r["max_safe_instance_count"]
+
+
+@pytest.mark.parametrize("notebook", ["00_check_environment", "03_verify_engine", "04_launch_triton_server"])
+def test_every_notebook_ran_on_one_profile(notebook):
+    assert results.load(notebook)["profile"] == results.load("00_check_environment")["profile"]

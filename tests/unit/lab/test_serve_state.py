@@ -1,6 +1,5 @@
 """Unit tests for scripts.lab.serve_state (no Ray cluster: statuses are faked)."""
 import enum
-import socket
 from types import SimpleNamespace as NS
 
 import pytest
@@ -23,12 +22,6 @@ MSG = ("Deployment 'Ok' in application 'a' has 1 replicas that have taken more t
        "This may be due to waiting for the cluster to auto-scale or for a runtime environment to be installed. "
        'Resources required for each replica: {"CPU": 1, "GPU": 3}, total resources available: {"CPU": 8, "GPU": 2}. '
        "Use `ray status` for more details.")
-
-
-def test_free_port_is_bindable():
-    port = rc.free_port()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", port))
 
 
 def test_serve_config_and_options_roundtrip():
@@ -121,3 +114,17 @@ def test_pending_replica_actors_from_actor_table():
 
 def test_sorted_json_objects():
     assert rc.sorted_json_objects('x {"GPU": 2.0, "CPU": 8.0}. {bad} y') == 'x {"CPU": 8.0, "GPU": 2.0}. {bad} y'
+
+
+def test_scaled_to_waits_for_stopping_replicas_to_go():
+    state = lambda replicas, dep="HEALTHY": rc.AppState("a", "RUNNING", "Ok", dep, replicas)
+    assert rc.scaled_to(1)(state({"RUNNING": 1}))
+    assert not rc.scaled_to(1)(state({"RUNNING": 1, "STOPPING": 1}))
+    assert not rc.scaled_to(1)(state({"RUNNING": 1}, dep="UPSCALING"))
+    assert not rc.scaled_to(1)(state({"RUNNING": 2}))
+
+
+def test_wait_for_demands_returns_the_first_non_empty_answer():
+    answers = iter([[], [], [({"GPU": 3.0}, 1)]])
+    assert rc.wait_for_demands(5, poll_s=0, demands_fn=lambda: next(answers)) == [({"GPU": 3.0}, 1)]
+    assert rc.wait_for_demands(0, poll_s=0, demands_fn=list) == []

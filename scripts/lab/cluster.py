@@ -1,0 +1,113 @@
+"""A local Ray cluster with Serve, for notebooks: started on 127.0.0.1, stopped with a check.
+
+Notebooks 05 and 06 each start a cluster of their own (``ray.init(address="local")``: never one
+that happens to be running on the machine), with Serve's HTTP proxy on a free port of 127.0.0.1.
+:meth:`LocalCluster.stop` shuts Serve and Ray down and returns the Ray processes still alive
+afterwards, so a notebook's teardown can assert that nothing is left::
+
+    cluster = LocalCluster(num_cpus=2).start()
+    ...  # serve.run(...), requests to cluster.base_url
+    assert not cluster.stop()
+
+It is also a context manager for scripts (``with LocalCluster(num_cpus=2) as cluster: ...``).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from scripts.triton.process_guard import still_running
+from scripts.triton.server import free_port
+
+#: Loggers whose INFO lines would bury a notebook's own output.
+QUIET_LOGGERS = ("ray", "ray.serve", "ray.data", "ray.train", "ray.tune")
+
+
+def quiet_ray_logging() -> None:
+    """Ray and Serve log to the notebook at INFO; keep errors only (their logs stay in /tmp/ray)."""
+    from tqdm import TqdmWarning  # noqa: PLC0415
+
+    warnings.filterwarnings("ignore", category=TqdmWarning)  # no ipywidgets in the kernel: plain bars
+    logging.getLogger("ray.widgets.util").setLevel(logging.ERROR)  # ... and no "Missing packages" notice
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def ray_process_ids() -> list[int]:
+    """PIDs of the processes this driver's ``ray.init`` started (GCS, raylet, ...)."""
+    import ray  # noqa: PLC0415
+
+    node = ray._private.worker._global_node
+    if node is None:
+        return []
+    return sorted(info.process.pid for infos in node.all_processes.values() for info in infos
+                  if getattr(info, "process", None) is not None)
+
+
+@dataclass
+class LocalCluster:
+    """``ray.init`` of a new local cluster plus ``serve.start`` on a free port of 127.0.0.1.
+
+    ``num_gpus`` declares logical GPUs (the CPU profile reproduces GPU conflicts with them); None
+    lets Ray count the real ones. ``override_resources`` is what the node says it has
+    (``RAY_OVERRIDE_RESOURCES``, e.g. ``{"GPU": 3}``); ``serve_env`` are environment variables Serve's
+    controller reads when it starts (``RAY_SERVE_SLOW_STARTUP_WARNING_S``, ...).
+    """
+
+    num_cpus: int
+    num_gpus: int | None = None
+    override_resources: Mapping[str, float] | None = None
+    serve_env: Mapping[str, str] = field(default_factory=dict)
+    port: int = 0
+    pids: list[int] = field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> "LocalCluster":
+        import ray  # noqa: PLC0415
+        from ray import serve  # noqa: PLC0415
+
+        if ray.is_initialized():
+            raise RuntimeError("Ray is already initialised in this process: stop that cluster first (ray.shutdown())")
+        quiet_ray_logging()
+        os.environ.update(self.serve_env)
+        previous = os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
+        if self.override_resources:
+            os.environ["RAY_OVERRIDE_RESOURCES"] = json.dumps(dict(self.override_resources))
+        try:
+            ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus, include_dashboard=False,
+                     _node_ip_address="127.0.0.1", logging_level=logging.ERROR, log_to_driver=False,
+                     configure_logging=True)
+        finally:
+            os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
+            if previous is not None:
+                os.environ["RAY_OVERRIDE_RESOURCES"] = previous
+        self.pids = ray_process_ids()
+        self.port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+        quiet_ray_logging()  # serve.start configures its logger again
+        return self
+
+    def stop(self, extra_pids: list[int] | tuple[int, ...] = (), timeout_s: float = 10.0) -> list[int]:
+        """Shut Serve and Ray down; the PIDs (Ray's own and ``extra_pids``) still alive afterwards."""
+        import ray  # noqa: PLC0415
+        from ray import serve  # noqa: PLC0415
+
+        if ray.is_initialized():
+            serve.shutdown()
+            ray.shutdown()
+        return still_running(sorted(set(self.pids) | set(extra_pids)), timeout_s)
+
+    def __enter__(self) -> "LocalCluster":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        left = self.stop()
+        if left and exc[0] is None:
+            raise RuntimeError(f"Ray processes left after shutdown: {left}")

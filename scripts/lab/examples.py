@@ -1,0 +1,21 @@
+"""Example inputs that notebooks derive from what the model actually says, so the same cell
+teaches the same thing whichever model a profile serves."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+
+def pick_stop_word(text: str, tokenizer: Any, skip: int = 1) -> str:
+    """A word of ``text`` (with its leading space) that the tokenizer encodes as one token, after the
+    first ``skip`` words, to show ``stop_words`` and ``bad_words`` on the model's own output.
+
+    One token because the cpu engine bans a bad word with a logit bias on its single token (and
+    refuses longer ones); TensorRT-LLM bans token sequences of any length, so one token suits both.
+    """
+    words = re.findall(r" \w+", text)
+    for word in words[skip:]:
+        if len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1 and text.count(word) == 1:
+            return word
+    raise ValueError(f"no single-token word occurring once after the first {skip} word(s) of {text!r}: "
+                     "generate a longer text (raise max_tokens) to pick a stop word from")

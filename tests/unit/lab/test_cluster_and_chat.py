@@ -1,0 +1,37 @@
+"""scripts.lab.cluster against a real local Ray cluster; scripts.lab.chat's pure parts."""
+import os
+
+import pytest
+
+from scripts.lab.chat import all_distinct, streamed_text
+from scripts.lab.cluster import LocalCluster
+from scripts.triton.process_guard import is_running
+
+
+def test_local_cluster_starts_on_loopback_and_leaves_nothing():
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    cluster = LocalCluster(num_cpus=1, num_gpus=2, override_resources={"accelerator_type:X": 1},
+                           serve_env={"RAY_SERVE_SLOW_STARTUP_WARNING_S": "2"})
+    with cluster:
+        assert ray.cluster_resources()["GPU"] == 2 and ray.cluster_resources()["accelerator_type:X"] == 1
+        assert cluster.base_url.startswith("http://127.0.0.1:") and cluster.port > 0 and cluster.pids
+        assert "RAY_OVERRIDE_RESOURCES" not in os.environ  # only the node started inside read it
+        with pytest.raises(RuntimeError, match="already initialised"):
+            LocalCluster(num_cpus=1).start()
+        assert serve.status() is not None
+    assert not ray.is_initialized()
+    assert not [p for p in cluster.pids if is_running(p)]
+
+
+def test_streamed_text_joins_deltas_and_skips_usage_and_done():
+    events = [{"choices": [{"delta": {"role": "assistant"}}]}, {"choices": [{"delta": {"content": "Ca"}}]},
+              {"choices": [{"delta": {"content": "fé"}}]}, {"choices": [], "usage": {"total_tokens": 3}}, "[DONE]"]
+    assert streamed_text(events) == "Café"
+
+
+def test_all_distinct_needs_every_value_present_and_different():
+    assert all_distinct([{"pid": 1}, {"pid": 2}], "pid")
+    assert not all_distinct([{"pid": 1}, {"pid": 1}], "pid")
+    assert not all_distinct([{"pid": 1}, {}], "pid")

@@ -1,0 +1,35 @@
+import pytest
+
+from scripts.lab.examples import pick_stop_word
+from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
+
+
+class WordTokenizer:
+    """One token per word unless the word is listed as split."""
+
+    def __init__(self, split=()):
+        self.split = set(split)
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [0, 1] if text in self.split else [0]}
+
+
+def test_picks_the_first_single_token_word_after_the_skipped_ones():
+    text = " the traffic, balances it, scales the replicas"
+    assert pick_stop_word(text, WordTokenizer()) == " traffic"
+    assert pick_stop_word(text, WordTokenizer(split={" traffic"})) == " balances"
+
+
+def test_skips_words_that_occur_twice():
+    assert pick_stop_word(" a b b c", WordTokenizer()) == " c"
+
+
+def test_refuses_when_no_word_qualifies():
+    with pytest.raises(ValueError, match="raise max_tokens"):
+        pick_stop_word(" one", WordTokenizer())
+
+
+def test_with_the_tiny_llama_tokenizer():
+    tokenizer = train_tokenizer(TinyLlamaSpec())
+    word = pick_stop_word(" the traffic, balances it, scales the replicas", tokenizer)
+    assert len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1

@@ -1,0 +1,73 @@
+"""Every import path a reader is shown resolves: the README's commands, the Serve configs'
+``import_path``, the console scripts and the ``python -m`` targets."""
+from __future__ import annotations
+
+import importlib
+import re
+import tomllib
+
+import pytest
+import yaml
+
+from scripts.paths import REPO_ROOT, SERVE_CONFIG_DIR
+
+README = (REPO_ROOT / "README.md").read_text()
+DOCS = README + "".join(p.read_text() for p in sorted((REPO_ROOT / "docs").glob("*.md")) if (REPO_ROOT / "docs").is_dir())
+PYPROJECT = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+
+
+def resolve(target: str) -> object:
+    """``pkg.module:attr`` or ``pkg.module``."""
+    module, _, attr = target.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attr) if attr else loaded
+
+
+def module_targets(text: str) -> set[str]:
+    return set(re.findall(r"python3? -m (scripts(?:\.\w+)+)", text))
+
+
+def colon_targets(text: str) -> set[str]:
+    return set(re.findall(r"\b(scripts(?:\.\w+)+:\w+)", text))
+
+
+def test_the_docs_name_some_targets():
+    assert module_targets(DOCS) and colon_targets(DOCS)
+
+
+@pytest.mark.parametrize("target", sorted(module_targets(DOCS)))
+def test_python_m_targets_in_the_docs_are_runnable_modules(target):
+    module = resolve(target)
+    has_main = hasattr(module, "main") or importlib.util.find_spec(f"{target}.__main__") is not None
+    assert has_main, f"`python -m {target}` would do nothing: it has no main()"
+
+
+@pytest.mark.parametrize("target", sorted(colon_targets(DOCS)))
+def test_import_paths_in_the_docs_resolve(target, tmp_path, monkeypatch):
+    monkeypatch.setenv("TUTORIAL_BUILD_DIR", str(tmp_path))
+    try:
+        assert resolve(target) is not None
+    except FileNotFoundError as exc:  # an application that needs the notebooks' build says which
+        assert "run notebooks" in str(exc), exc
+
+
+@pytest.mark.parametrize("config", sorted(SERVE_CONFIG_DIR.glob("*.yaml")), ids=lambda p: p.name)
+def test_serve_configs_import_paths_resolve(config):
+    for app in yaml.safe_load(config.read_text())["applications"]:
+        assert callable(resolve(app["import_path"]))
+
+
+@pytest.mark.parametrize("name,target", sorted(PYPROJECT["project"]["scripts"].items()))
+def test_console_scripts_resolve_and_follow_one_scheme(name, target):
+    assert name.startswith("tutorial-") and re.fullmatch(r"[a-z0-9-]+", name), name
+    assert callable(resolve(target))
+    module = target.split(":")[0]
+    source = importlib.util.find_spec(module).origin
+    text = open(source).read()
+    assert 'if __name__ == "__main__"' in text or module.endswith(".cli"), f"{module} is no `python -m` target"
+
+
+def test_every_tool_the_readme_lists_is_a_console_script():
+    declared = {t.split(":")[0] for t in PYPROJECT["project"]["scripts"].values()}
+    for target in module_targets(README):
+        assert target in declared or f"{target}.cli" in declared, f"{target} has no console script"
