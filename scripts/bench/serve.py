@@ -1,14 +1,15 @@
 """Throughput through Ray Serve against the same Triton called directly, side by side in one run.
 
 ``python -m scripts.bench.serve --serve-url http://127.0.0.1:PORT --triton-grpc 127.0.0.1:PORT
---model-repository build/triton_repo/cpu-serve`` sends the same greedy chat requests two ways, at
-the same concurrency: straight to a replica's Triton ensemble (gRPC, the prompt rendered with the
-chat template as the app renders it), then through Serve's ``/v1/chat/completions``. It counts
-errors, generated tokens (Serve's ``usage``, Triton's ``sequence_length``) and whether both ways
-gave the same text, and prints the rates and their ratio, then one JSON line.
+--model-repository build/triton_repo/cpu-serve`` (or :func:`compare` from Python) sends the
+same greedy chat requests two ways, at the same concurrency: straight to a replica's Triton
+ensemble (gRPC, the prompt rendered with the chat template as the app renders it), then through
+Serve's ``/v1/chat/completions``. It counts errors, generated tokens (Serve's ``usage``, Triton's
+``sequence_length``) and whether both ways gave the same text, and prints each round as it ends,
+then the rates and their ratio; the command line ends with one JSON line.
 
 :class:`BackgroundLoad` keeps N chat requests in flight from a thread until stopped (notebook
-05's autoscaling burst).
+05's autoscaling burst). Both send their requests through :class:`ChatClient`.
 """
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ import asyncio
 import json
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 
-from scripts.serve.openai_api import chat_prompt
 from scripts.model.tiny_llama import chat_examples
+from scripts.serve.openai_api import chat_prompt
+from scripts.serve.service import load_tokenizer
 from scripts.triton.client import EnsembleRequest, GrpcEnsemble, ensemble_inputs
 from scripts.triton.repository.fill import repository_facts
 
@@ -32,6 +35,48 @@ def bench_messages(n: int) -> list[list[dict[str, str]]]:
     """n one-turn conversations: the questions of the chat data, cycled."""
     questions = [conversation[0]["content"] for conversation in chat_examples()]
     return [[{"role": "user", "content": questions[i % len(questions)]}] for i in range(n)]
+
+
+@dataclass
+class Reply:
+    """One chat request's outcome: its text and completion tokens, or what went wrong."""
+
+    text: str | None = None
+    tokens: int = 0
+    error: str | None = None
+
+
+class ChatClient:
+    """Greedy ``/v1/chat/completions`` requests to a Serve application, over one connection pool
+    sized for ``concurrency`` requests in flight. Use it as ``async with``."""
+
+    def __init__(self, url: str, concurrency: int, max_tokens: int, model: str | None = None):
+        self.max_tokens, self.model = max_tokens, model
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        self._client = httpx.AsyncClient(base_url=url, timeout=600, limits=limits)
+
+    async def __aenter__(self) -> "ChatClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._client.aclose()
+
+    async def send(self, messages: list[dict[str, str]]) -> Reply:
+        """One request; refusals, transport errors and malformed answers come back as ``error``."""
+        body: dict[str, Any] = {"messages": messages, "max_tokens": self.max_tokens, "temperature": 0}
+        if self.model:
+            body["model"] = self.model
+        try:
+            r = await self._client.post("/v1/chat/completions", json=body)
+        except httpx.HTTPError as exc:
+            return Reply(error=f"{type(exc).__name__}: {exc}")
+        if r.status_code != 200:
+            return Reply(error=f"HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            data = r.json()
+            return Reply(data["choices"][0]["message"]["content"], data["usage"]["completion_tokens"])
+        except (ValueError, KeyError, IndexError, TypeError) as exc:
+            return Reply(error=f"malformed answer ({type(exc).__name__}: {exc}): {r.text[:200]}")
 
 
 def _rate(texts: list[str | None], tokens: int, errors: list[str], wall: float) -> dict[str, Any]:
@@ -43,34 +88,16 @@ async def run_serve(url: str, conversations: list[list[dict[str, str]]], max_tok
                     model: str | None = None) -> tuple[dict[str, Any], list[str | None]]:
     """Greedy ``/v1/chat/completions`` requests, ``concurrency`` in flight; (stats, texts)."""
     gate = asyncio.Semaphore(concurrency)
-    texts: list[str | None] = [None] * len(conversations)
-    errors: list[str] = []
-    tokens = 0
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-
-    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
-        async def one(i: int) -> None:
-            nonlocal tokens
-            body = {"messages": conversations[i], "max_tokens": max_tokens, "temperature": 0}
-            if model:
-                body["model"] = model
+    async with ChatClient(url, concurrency, max_tokens, model) as client:
+        async def one(messages: list[dict[str, str]]) -> Reply:
             async with gate:
-                try:
-                    r = await client.post("/v1/chat/completions", json=body)
-                except httpx.HTTPError as exc:
-                    errors.append(f"{type(exc).__name__}: {exc}")
-                    return
-            if r.status_code != 200:
-                errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
-                return
-            data = r.json()
-            texts[i] = data["choices"][0]["message"]["content"]
-            tokens += data["usage"]["completion_tokens"]
+                return await client.send(messages)
 
         start = time.monotonic()
-        await asyncio.gather(*(one(i) for i in range(len(conversations))))
+        replies = await asyncio.gather(*(one(m) for m in conversations))
         wall = time.monotonic() - start
-    return _rate(texts, tokens, errors, wall), texts
+    texts = [r.text for r in replies]
+    return _rate(texts, sum(r.tokens for r in replies), [r.error for r in replies if r.error], wall), texts
 
 
 async def run_triton(grpc_url: str, prompts: list[str], max_tokens: int, concurrency: int, vocab_size: int,
@@ -101,30 +128,56 @@ async def run_triton(grpc_url: str, prompts: list[str], max_tokens: int, concurr
     return _rate(texts, tokens, errors, wall), texts
 
 
-def bench(serve_url: str, triton_grpc: str, model_repository: str | Path, requests: int = 200, concurrency: int = 32,
-          max_tokens: int = 32, rounds: int = 3, warmup: int = 8) -> dict[str, Any]:
+def compare(serve_url: str, triton_grpc: str, model_repository: str | Path, requests: int = 200, concurrency: int = 32,
+            max_tokens: int = 32, rounds: int = 3, warmup: int = 8,
+            log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """``rounds`` rounds, each Triton direct then Serve; the ratio reported is the median round's
-    (on a small machine one round of a few seconds is at the mercy of whatever else runs)."""
-    from transformers import AutoTokenizer  # noqa: PLC0415
+    (on a small machine one round of a few seconds is at the mercy of whatever else runs).
 
-    facts = repository_facts(Path(model_repository))
-    tokenizer = AutoTokenizer.from_pretrained(facts.tokenizer_dir)
+    ``log`` gets a line as each round ends and the summary at the end (``None``: quiet). It runs
+    an event loop of its own: where one runs already (Jupyter), call it from a thread
+    (``await asyncio.to_thread(compare, ...)``).
+    """
+    tokenizer = load_tokenizer(repository_facts(Path(model_repository)).tokenizer_dir)
     conversations = bench_messages(requests)
     prompts = [chat_prompt(tokenizer, c) for c in conversations]
-    asyncio.run(run_triton(triton_grpc, prompts[:warmup], max_tokens, concurrency, len(tokenizer)))
-    asyncio.run(run_serve(serve_url, conversations[:warmup], max_tokens, concurrency))
+    return asyncio.run(_compare(serve_url, triton_grpc, conversations, prompts, len(tokenizer), concurrency, max_tokens,
+                                rounds, warmup, log or (lambda _line: None)))
+
+
+async def _compare(serve_url: str, triton_grpc: str, conversations: list[list[dict[str, str]]], prompts: list[str],
+                   vocab_size: int, concurrency: int, max_tokens: int, rounds: int, warmup: int,
+                   say: Callable[[str], None]) -> dict[str, Any]:
+    requests = len(conversations)
+    await run_triton(triton_grpc, prompts[:warmup], max_tokens, concurrency, vocab_size)
+    await run_serve(serve_url, conversations[:warmup], max_tokens, concurrency)
     runs = []
-    for _ in range(rounds):
-        triton, triton_texts = asyncio.run(run_triton(triton_grpc, prompts, max_tokens, concurrency, len(tokenizer)))
-        serve, serve_texts = asyncio.run(run_serve(serve_url, conversations, max_tokens, concurrency))
+    for n in range(1, rounds + 1):
+        triton, triton_texts = await run_triton(triton_grpc, prompts, max_tokens, concurrency, vocab_size)
+        serve, serve_texts = await run_serve(serve_url, conversations, max_tokens, concurrency)
         same = sum(a is not None and a == b for a, b in zip(serve_texts, triton_texts))
         runs.append({"triton": triton, "serve": serve, "same_text": same,
                      "ratio": serve["tok_per_s"] / triton["tok_per_s"] if triton["tok_per_s"] else 0.0})
+        say(f"round {n}/{rounds}: Triton {triton['tok_per_s']:.0f} tok/s, Serve {serve['tok_per_s']:.0f} tok/s, "
+            f"ratio {runs[-1]['ratio']:.2f}, same text {same}/{requests}")
     median = sorted(runs, key=lambda r: r["ratio"])[len(runs) // 2]
-    return {"concurrency": concurrency, "max_tokens": max_tokens, "rounds": rounds, **median,
-            "ratios": [r["ratio"] for r in runs],
-            "all_succeeded": all(r[w]["succeeded"] == requests for r in runs for w in ("triton", "serve")),
-            "all_same_text": all(r["same_text"] == requests for r in runs)}
+    result = {"concurrency": concurrency, "max_tokens": max_tokens, "rounds": rounds, **median,
+              "ratios": [r["ratio"] for r in runs],
+              "all_succeeded": all(r[w]["succeeded"] == requests for r in runs for w in ("triton", "serve")),
+              "all_same_text": all(r["same_text"] == requests for r in runs)}
+    say(summary(result, requests))
+    return result
+
+
+def summary(result: dict[str, Any], requests: int) -> str:
+    """The median round of :func:`compare`'s result, in four lines."""
+    t, s = result["triton"], result["serve"]
+    return "\n".join([
+        f"{requests} greedy chat requests, {result['concurrency']} in flight, {result['rounds']} rounds (median round shown)",
+        f"Triton direct (gRPC):       {t['succeeded']}/{t['requests']} ok, {t['tok_per_s']:.0f} output tok/s",
+        f"Serve /v1/chat/completions: {s['succeeded']}/{s['requests']} ok, {s['tok_per_s']:.0f} output tok/s",
+        f"same text both ways: {result['same_text']}/{requests}; ratio Serve / Triton: {result['ratio']:.2f} "
+        f"(rounds: {', '.join(f'{r:.2f}' for r in result['ratios'])})"])
 
 
 class BackgroundLoad:
@@ -157,23 +210,17 @@ class BackgroundLoad:
         return self
 
     async def _run(self) -> None:
-        conversations = bench_messages(self.concurrency)
-        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        async with httpx.AsyncClient(base_url=self.url, timeout=600, limits=limits) as client:
-            async def worker(messages):
+        async with ChatClient(self.url, self.concurrency, self.max_tokens) as client:
+            async def worker(messages: list[dict[str, str]]) -> None:
                 while not self._stop.is_set():
                     self.sent += 1
-                    try:
-                        r = await client.post("/v1/chat/completions", json={"messages": messages, "temperature": 0,
-                                                                            "max_tokens": self.max_tokens})
-                        if r.status_code == 200:
-                            self.ok += 1
-                        else:
-                            self.errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
-                    except httpx.HTTPError as exc:
-                        self.errors.append(f"{type(exc).__name__}: {exc}")
+                    reply = await client.send(messages)
+                    if reply.error is None:
+                        self.ok += 1
+                    else:
+                        self.errors.append(reply.error)
 
-            await asyncio.gather(*(worker(m) for m in conversations))
+            await asyncio.gather(*(worker(m) for m in bench_messages(self.concurrency)))
 
     def stop(self, timeout_s: float = 300) -> dict[str, Any]:
         """Stop sending; wait for the requests in flight to finish; counts of what was sent."""
@@ -194,14 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
-    result = bench(args.serve_url, args.triton_grpc, args.model_repository, args.requests, args.concurrency,
-                   args.max_tokens, args.rounds)
-    t, s = result["triton"], result["serve"]
-    print(f"{args.requests} greedy chat requests, {args.concurrency} in flight, {args.rounds} rounds (median round shown)")
-    print(f"Triton direct (gRPC):       {t['succeeded']}/{t['requests']} ok, {t['tok_per_s']:.0f} output tok/s")
-    print(f"Serve /v1/chat/completions: {s['succeeded']}/{s['requests']} ok, {s['tok_per_s']:.0f} output tok/s")
-    print(f"same text both ways: {result['same_text']}/{args.requests}; ratio Serve / Triton: {result['ratio']:.2f} "
-          f"(rounds: {', '.join(f'{r:.2f}' for r in result['ratios'])})")
+    result = compare(args.serve_url, args.triton_grpc, args.model_repository, args.requests, args.concurrency,
+                     args.max_tokens, args.rounds, log=lambda line: print(line, flush=True))
     print(json.dumps(result))
     return 0 if result["all_succeeded"] else 1
 

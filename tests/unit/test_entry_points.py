@@ -71,3 +71,32 @@ def test_every_tool_the_readme_lists_is_a_console_script():
     declared = {t.split(":")[0] for t in PYPROJECT["project"]["scripts"].values()}
     for target in module_targets(README):
         assert target in declared or f"{target}.cli" in declared, f"{target} has no console script"
+
+
+def dotted_names_in_prose() -> set[str]:
+    import json
+
+    from scripts.paths import NOTEBOOK_DIR
+
+    texts = [DOCS] + ["".join(c["source"]) for nb in sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+                      for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "markdown"]
+    return {m for text in texts for m in re.findall(r"`(scripts(?:\.\w+)+)", text)}
+
+
+def resolve_dotted(name: str) -> object:
+    """``a.b.c`` as a module, or as an attribute of the longest importable prefix."""
+    parts = name.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ModuleNotFoundError(name)
+
+
+@pytest.mark.parametrize("name", sorted(dotted_names_in_prose()))
+def test_names_the_prose_cites_exist(name):
+    assert resolve_dotted(name) is not None

@@ -2,25 +2,13 @@ import json
 
 import pytest
 
-from scripts.serve.openai_api import (SSE_DONE, Generation, IncrementalDetokenizer, OpenAIError, StopTrimmer, adds_bos, chat_prompt, chunk_body,
-                                decode_body, finish_reason, models_body, parse_chat_request, parse_completion_request,
-                                parse_sse, resolve_max_tokens, response_body, sse)
+from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, adds_bos, chat_prompt, chunk_body, decode_body,
+                                      finish_reason, models_body, parse_chat_request, parse_completion_request, parse_sse,
+                                      resolve_max_tokens, response_body, sse)
+
+from fakes import FakeTokenizer
 
 MODEL = "tiny-llama"
-
-
-class FakeTokenizer:
-    """A tokenizer with a Llama-style chat template that starts with BOS, and BOS added on encode."""
-
-    bos_token, bos_token_id, eos_token = "<s>", 0, "</s>"
-    chat_template = "template"
-
-    def __call__(self, text, add_special_tokens=True):
-        return {"input_ids": ([0] if add_special_tokens else []) + [ord(c) for c in text]}
-
-    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
-        text = "<s>" + "".join(f"<|{m['role']}|>\n{m['content']}</s>\n" for m in messages)
-        return text + ("<|assistant|>\n" if add_generation_prompt else "")
 
 
 def chat(body) -> Generation:
@@ -155,83 +143,3 @@ def test_sse_round_trip():
 
 def test_models_body():
     assert models_body(MODEL, 7) == {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 7, "owned_by": "triton"}]}
-
-
-@pytest.mark.parametrize("pieces, stops, text, stopped", [
-    ([" the", " traffic", ",", " bal", "ances", " it"], [" balances"], " the traffic,", True),
-    ([" the traffic, balances it"], [" balances"], " the traffic,", True),
-    (["ab", "c"], [], "abc", False),
-    (["a", "b", "c"], ["x", "bc"], "a", True),
-    (["abc"], ["zz"], "abc", False),
-])
-def test_stop_trimmer_cuts_at_the_first_stop_sequence(pieces, stops, text, stopped):
-    trimmer = StopTrimmer(stops)
-    out = "".join(trimmer.feed(p) for p in pieces) + trimmer.finish()
-    assert out == text and trimmer.stopped == stopped
-
-
-# -- streamed token ids to text -----------------------------------------------------------------
-
-TEXT = "Café naïve 😀 ok"
-
-
-@pytest.fixture(scope="module")
-def tiny_tokenizer():
-    """The tiny model's byte-level BPE tokenizer, trained here as notebook 01 trains it."""
-    from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
-
-    return train_tokenizer(TinyLlamaSpec())
-
-
-@pytest.fixture(scope="module")
-def metaspace_tokenizer():
-    """A SentencePiece-style tokenizer (Llama 2, Mistral): words start with U+2581, and the decoder
-    drops the space that this gives the first word of a text."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer, tok.decoder = pre_tokenizers.Metaspace(), decoders.Metaspace()
-    tok.train_from_iterator(["Ray Serve takes the traffic", "Triton loads the model and batches"],
-                            trainers.BpeTrainer(vocab_size=60, special_tokens=["<unk>"], show_progress=False))
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>")
-
-
-def stream(tokenizer, ids, sizes, skip_special_tokens=True):
-    detokenizer, pieces, start = IncrementalDetokenizer(tokenizer, skip_special_tokens), [], 0
-    for size in sizes:
-        pieces.append(detokenizer.feed(ids[start:start + size]))
-        start += size
-    return pieces, detokenizer.finish()
-
-
-@pytest.mark.parametrize("size", [1, 2, 3])
-def test_streamed_ids_become_whole_characters(tiny_tokenizer, size):
-    ids = tiny_tokenizer(TEXT, add_special_tokens=False)["input_ids"]
-    assert "\ufffd" in "".join(tiny_tokenizer.decode([i]) for i in ids)  # the trap: one token at a time
-    pieces, rest = stream(tiny_tokenizer, ids, [size] * len(ids))
-    assert "".join(pieces) + rest == TEXT and rest == ""
-    assert not any("\ufffd" in p for p in pieces)
-
-
-def test_special_tokens_are_skipped_or_kept_as_postprocessing_does(tiny_tokenizer):
-    ids = tiny_tokenizer(TEXT, add_special_tokens=False)["input_ids"] + [tiny_tokenizer.eos_token_id]
-    pieces, rest = stream(tiny_tokenizer, ids, [1] * len(ids))
-    assert "".join(pieces) + rest == TEXT
-    pieces, rest = stream(tiny_tokenizer, ids, [1] * len(ids), skip_special_tokens=False)
-    assert "".join(pieces) + rest == TEXT + "</s>"
-
-
-def test_a_character_that_never_completes_comes_out_at_the_end(tiny_tokenizer):
-    ids = tiny_tokenizer("é", add_special_tokens=False)["input_ids"]
-    assert len(ids) == 2  # two bytes, two tokens
-    pieces, rest = stream(tiny_tokenizer, ids[:1], [1])
-    assert pieces == [""] and rest == "\ufffd" == tiny_tokenizer.decode(ids[:1])
-
-
-def test_words_keep_their_spaces_with_a_sentencepiece_style_decoder(metaspace_tokenizer):
-    text = "Triton loads the traffic"
-    ids = metaspace_tokenizer(text)["input_ids"]
-    assert "".join(metaspace_tokenizer.decode([i]) for i in ids) != text  # the trap: spaces lost
-    pieces, rest = stream(metaspace_tokenizer, ids, [1] * len(ids))
-    assert "".join(pieces) + rest == text == metaspace_tokenizer.decode(ids)

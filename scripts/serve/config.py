@@ -1,0 +1,114 @@
+"""How the Serve application is deployed: its options, its ``serve build``-style YAML, its repository.
+
+:func:`deployment_options` turns a profile into the deployment's resources and autoscaling policy;
+:func:`app_config` puts them into the config that ``serve deploy`` takes, which
+``python -m scripts.serve.config`` writes to ``env/serve/<profile>.yaml`` (``--check``: fail if
+a committed file differs from the profiles); the capacity checker reads the same files.
+:func:`fill_serve_repository` fills the model repository the replicas load. No Ray here: writing
+or checking the YAML needs none.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from scripts.paths import SERVE_CONFIG_DIR, triton_repo_dir
+from scripts.profiles import Profile, available_profiles, load_profile
+from scripts.triton.repository.fill import RepoSettings, fill_for_profile
+
+APP_NAME = "llm"
+DEPLOYMENT_NAME = "TritonLLM"
+IMPORT_PATH = "scripts.serve.app:app_builder"
+
+
+def serve_repo_dir(profile: Profile) -> Path:
+    """The Serve application's model repository: notebook 02's models filled with ``decoupled_mode: true``."""
+    return triton_repo_dir(f"{profile.name}-serve")
+
+
+def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None) -> dict[str, Any]:
+    """Fill the repository the replicas load. Streaming needs the engine (and so the ensemble) to
+    be decoupled: a model that is not may send only one response per request."""
+    settings = settings or RepoSettings(decoupled_mode=True)
+    return fill_for_profile(profile, settings, output_dir=serve_repo_dir(profile))
+
+
+def deployment_options(profile: Profile) -> dict[str, Any]:
+    """``Deployment.options`` from the profile: resources per replica and the autoscaling policy.
+
+    GPU profiles must ask for ``num_gpus``: without it Ray may place a replica on a node with no
+    GPU (or share one GPU between replicas), and Triton then fails to load the engine.
+    """
+    return {
+        "name": DEPLOYMENT_NAME,
+        "max_ongoing_requests": profile["serve_max_ongoing_requests"],
+        "autoscaling_config": {
+            "min_replicas": profile["serve_min_replicas"],
+            "max_replicas": profile["serve_max_replicas"],
+            "target_ongoing_requests": profile["serve_target_ongoing_requests"],
+            "upscale_delay_s": profile["serve_upscale_delay_s"],
+            "downscale_delay_s": profile["serve_downscale_delay_s"],
+        },
+        "ray_actor_options": {"num_cpus": profile["serve_num_cpus_per_replica"],
+                              "num_gpus": profile["num_gpus_per_replica"]},
+        "health_check_period_s": 10,
+        "health_check_timeout_s": 30,
+        # Serve kills a replica that takes longer to stop: leave room for Triton's exit timeout and
+        # the launcher's grace periods, so the replica's __del__ stops every process of its Triton.
+        "graceful_shutdown_timeout_s": 60,
+    }
+
+
+def app_config(profile: Profile, http_port: int = 8000) -> dict[str, Any]:
+    """The ``serve build``-style config of the application (what ``serve deploy`` takes)."""
+    return {
+        "proxy_location": "EveryNode",
+        "http_options": {"host": "127.0.0.1", "port": http_port},
+        "applications": [{
+            "name": APP_NAME,
+            "route_prefix": "/",
+            "import_path": IMPORT_PATH,
+            "args": {"profile": profile.name},
+            "deployments": [deployment_options(profile)],
+        }],
+    }
+
+
+def config_path(profile_name: str) -> Path:
+    return SERVE_CONFIG_DIR / f"{profile_name}.yaml"
+
+
+def render_app_config(profile: Profile) -> str:
+    header = (f"# Ray Serve config of the LLM application, profile {profile.name} (`serve deploy` this file on a cluster\n"
+              "# started with `ray start --head`). Generated from env/profiles.toml by scripts.serve.config; a unit test\n"
+              "# keeps the two in step. The capacity checker reads it: python -m scripts.capacity --serve-config ...\n")
+    return header + yaml.safe_dump(app_config(profile), sort_keys=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Write ``env/serve/<profile>.yaml`` from the profiles (``--check``: fail if they differ)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    stale = []
+    for name in available_profiles():
+        text, path = render_app_config(load_profile(name)), config_path(name)
+        if args.check:
+            if not path.is_file() or path.read_text() != text:
+                stale.append(str(path))
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    if stale:
+        print(f"out of date with env/profiles.toml: {', '.join(stale)} (python -m scripts.serve.config)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""Stand-ins the unit tests share: a tokenizer, a Triton backend and ensemble, and the Serve
+application's routes answered by a service over a fake Triton (in-process or on a loopback port)."""
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Iterator
+
+from scripts.serve.service import LLMService
+from scripts.triton.client import Chunk, TritonRequestError
+from scripts.triton.repository.fill import RepositoryFacts
+
+
+class FakeTokenizer:
+    """A tokenizer with a Llama-style chat template that starts with BOS, and BOS added on encode:
+    one token per character (its code point), so a prompt's token count is its length plus one."""
+
+    bos_token, bos_token_id, eos_token = "<s>", 0, "</s>"
+    chat_template = "template"
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": ([0] if add_special_tokens else []) + [ord(c) for c in text]}
+
+    def __len__(self):
+        return 100
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
+        text = "<s>" + "".join(f"<|{m['role']}|>\n{m['content']}</s>\n" for m in messages)
+        return text + ("<|assistant|>\n" if add_generation_prompt else "")
+
+
+class ByteTokenizer(FakeTokenizer):
+    """Byte-level decoding: one token per UTF-8 byte, as byte-level BPE has for rare characters."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+#: What the fake Triton answers by default: three responses, four tokens.
+CHUNKS = [Chunk("Triton", 1), Chunk(" loads", 1), Chunk(" the model", 2)]
+CHUNKS_TEXT = "Triton loads the model"
+
+
+class FakeBackend:
+    """A started Triton (:class:`scripts.triton.client.TritonLLM`) that answers every request with
+    ``chunks``; with ``fail=i`` it raises Triton's request error instead of sending chunk ``i``."""
+
+    mode = "fake"
+
+    def __init__(self, chunks=CHUNKS, fail=None):
+        self.chunks, self.fail, self.calls, self.is_ready, self.stops = list(chunks), fail, [], True, 0
+
+    async def ready(self):
+        return self.is_ready
+
+    async def generate(self, inputs):
+        self.calls.append(inputs)
+        for i, chunk in enumerate(self.chunks):
+            if self.fail is not None and i == self.fail:
+                raise TritonRequestError("engine failed")
+            yield chunk
+
+    def info(self):
+        return {"mode": self.mode, "model": "ensemble"}
+
+    def stop(self):
+        self.stops += 1
+
+
+class FakeEnsemble:
+    """:class:`scripts.triton.client.GrpcEnsemble` without a Triton: ``chunks`` for every request."""
+
+    def __init__(self, chunks=CHUNKS):
+        self.chunks, self.requests, self.closed = list(chunks), 0, False
+
+    async def generate(self, inputs):
+        self.requests += 1
+        for chunk in self.chunks:
+            yield chunk
+
+    async def close(self):
+        self.closed = True
+
+
+FACTS = RepositoryFacts("tok", max_model_len=64, engine_model="vllm_engine", decoupled=True)
+
+
+def fake_service(chunks=CHUNKS, fail=None, decoupled=True, tokenizer=None, default_max_tokens=8,
+                 max_model_len=FACTS.max_model_len) -> LLMService:
+    """The service as a replica builds it, over :class:`FakeBackend` (a 64-token model unless told)."""
+    facts = RepositoryFacts(FACTS.tokenizer_dir, max_model_len, FACTS.engine_model, decoupled)
+    return LLMService(FakeBackend(chunks, fail), facts, tokenizer or FakeTokenizer(), "tiny-llama", default_max_tokens)
+
+
+@contextlib.contextmanager
+def routes_answered_by(service: LLMService) -> Iterator[Any]:
+    """The Serve application's FastAPI app with its routes handed to ``service`` (where Serve
+    would hand them to the replica's), for ``TestClient`` or a real server."""
+    from scripts.serve.app import api, replica_service  # noqa: PLC0415 - imports Ray Serve
+
+    async def this_service():
+        return service
+
+    api.dependency_overrides[replica_service] = this_service
+    try:
+        yield api
+    finally:
+        api.dependency_overrides.pop(replica_service, None)
+
+
+@contextlib.contextmanager
+def serving(service: LLMService) -> Iterator[str]:
+    """The routes over ``service`` on a free loopback port, from a thread; yields the base URL."""
+    import uvicorn  # noqa: PLC0415
+
+    with routes_answered_by(service) as app:
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+        thread = threading.Thread(target=server.run, name="fake-serve", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            server.should_exit = True
+            thread.join(30)

@@ -1,0 +1,203 @@
+"""The Serve layer: the routes over HTTP (FastAPI's TestClient, a fake Triton behind the service),
+the replica's hooks and the application builder. No Ray cluster is started."""
+import asyncio
+import os
+import types
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from scripts.engine import config as engine
+from scripts.paths import REPO_ROOT
+from scripts.profiles import load_profile
+from scripts.serve import app as serve_app
+from scripts.serve.openai_api import parse_sse
+
+from fakes import CHUNKS_TEXT, FakeBackend, FakeTokenizer, fake_service, routes_answered_by
+
+USER = [{"role": "user", "content": "What does Triton do?"}]
+
+
+@pytest.fixture
+def service():
+    return fake_service()
+
+
+@pytest.fixture
+def client(service):
+    with routes_answered_by(service) as app, TestClient(app) as http:
+        yield http
+
+
+def openai_error(response, status):
+    assert response.status_code == status and response.headers["content-type"] == "application/json", response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    return error
+
+
+# -- routes ------------------------------------------------------------------------------------
+
+def test_health_route_follows_triton(client, service):
+    ok = client.get("/health")
+    assert (ok.status_code, ok.json()) == (200, {"status": "ok"})
+    service.backend.is_ready = False
+    loading = client.get("/health")
+    assert (loading.status_code, loading.json()) == (503, {"status": "loading"})
+
+
+def test_models_route(client):
+    assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["tiny-llama"]
+
+
+def test_generate_route_and_its_query_errors(client, service):
+    r = client.get("/generate", params={"query": "Ray", "max_tokens": 4})
+    assert r.status_code == 200 and r.json()["text"] == CHUNKS_TEXT and r.json()["usage"]["completion_tokens"] == 4
+    assert service.backend.calls[-1]["max_tokens"][0, 0] == 4
+    # Without max_tokens the route asks for its default of 64: more than a 64-token model has room for.
+    default = openai_error(client.get("/generate", params={"query": "Ray"}), 400)
+    assert default["param"] == "max_tokens" and "is 64" in default["message"] and "at most 60" in default["message"]
+    missing = openai_error(client.get("/generate"), 400)
+    assert (missing["message"], missing["param"]) == ("'query' is required", "query")
+    wrong = openai_error(client.get("/generate", params={"query": "Ray", "max_tokens": "many"}), 400)
+    assert wrong["param"] == "max_tokens" and wrong["message"].startswith("'max_tokens': Input should be a valid integer")
+    assert not wrong["message"].endswith(".")
+    assert openai_error(client.get("/generate", params={"query": " "}), 400)["param"] == "query"
+
+
+def test_chat_route_answers_whole_or_streamed(client):
+    plain = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "temperature": 0})
+    assert plain.status_code == 200 and plain.headers["content-type"] == "application/json"
+    assert plain.json()["choices"][0]["message"]["content"] == CHUNKS_TEXT
+    streamed = client.post("/v1/chat/completions", json={"messages": USER, "max_tokens": 10, "stream": True})
+    assert streamed.status_code == 200 and streamed.headers["content-type"].startswith("text/event-stream")
+    events = parse_sse(streamed.text.splitlines())
+    assert events[-1] == "[DONE]" and events[0]["object"] == "chat.completion.chunk"
+    assert "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-1]) == CHUNKS_TEXT
+
+
+def test_completions_route_answers_whole_or_streamed(client):
+    plain = client.post("/v1/completions", json={"prompt": "Ray Serve takes", "max_tokens": 4})
+    assert plain.json()["object"] == "text_completion" and plain.json()["choices"][0]["text"] == CHUNKS_TEXT
+    events = parse_sse(client.post("/v1/completions", json={"prompt": "Ray", "stream": True}).text.splitlines())
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == CHUNKS_TEXT
+
+
+def test_bad_requests_get_openai_errors_and_leave_the_app_working(client):
+    broken = openai_error(client.post("/v1/chat/completions", content=b'{"messages": ['), 400)
+    assert broken["message"].startswith("the request body is not valid JSON") and broken["type"] == "invalid_request_error"
+    unknown = openai_error(client.post("/v1/chat/completions", json={"model": "gpt-4o", "messages": USER}), 404)
+    assert unknown["code"] == "model_not_found" and unknown["param"] == "model"
+    too_long = openai_error(client.post("/v1/completions", json={"prompt": "x" * 70}), 400)
+    assert too_long["code"] == "context_length_exceeded"
+    assert client.post("/v1/chat/completions", json={"messages": USER}).status_code == 200
+
+
+@pytest.mark.parametrize("route, request_body", [("/v1/chat/completions", {"messages": USER, "stream": True}),
+                                                  ("/v1/completions", {"prompt": "Ray"})])
+def test_a_request_triton_refuses_is_a_500_even_when_streamed(route, request_body):
+    with routes_answered_by(fake_service(fail=0)) as app, TestClient(app) as http:
+        error = openai_error(http.post(route, json=request_body), 500)
+    assert error["type"] == "server_error" and error["message"] == "Triton could not serve the request: engine failed"
+
+
+def test_a_failure_during_the_stream_ends_it_with_an_error_event():
+    with routes_answered_by(fake_service(fail=2)) as app, TestClient(app) as http:
+        r = http.post("/v1/chat/completions", json={"messages": USER, "stream": True})
+    events = parse_sse(r.text.splitlines())
+    assert r.status_code == 200 and events[-2]["error"]["type"] == "server_error" and events[-1] == "[DONE]"
+
+
+def test_routes_use_the_service_of_the_replica_serve_runs(monkeypatch, service):
+    replica = types.SimpleNamespace(service=service)
+    monkeypatch.setattr(serve_app.serve, "get_replica_context", lambda: types.SimpleNamespace(servable_object=replica))
+    assert asyncio.run(serve_app.replica_service()) is service
+
+
+# -- the replica -------------------------------------------------------------------------------
+
+@pytest.fixture
+def serve_repo(build_root):
+    profile = load_profile("cpu")
+    engine.write_engine_config(profile)
+    serve_app.fill_serve_repository(profile)
+    return serve_app.serve_repo_dir(profile)
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """What the replica starts, recorded: the tokenizer it loads and the Triton it launches."""
+    calls = {}
+
+    def make_backend(repo, model_name, mode, ready_timeout_s):
+        calls["backend"] = (Path(repo), model_name, mode, ready_timeout_s)
+        calls["backend_object"] = FakeBackend()
+        return calls["backend_object"]
+
+    def load_tokenizer(tokenizer_dir):
+        calls["tokenizer_dir"] = tokenizer_dir
+        return FakeTokenizer()
+
+    monkeypatch.setattr(serve_app, "make_backend", make_backend)
+    monkeypatch.setattr(serve_app, "load_tokenizer", load_tokenizer)
+    return calls
+
+
+def test_a_replica_starts_triton_on_the_repository_and_serves_from_it(serve_repo, started):
+    replica = serve_app.TritonReplica(str(serve_repo), "tiny-llama", 16, mode="managed")
+    assert started["backend"] == (serve_repo, "ensemble", "managed", 600)
+    assert started["tokenizer_dir"] == replica.service.facts.tokenizer_dir and replica.service.facts.decoupled
+    assert replica.service.backend is started["backend_object"]
+    assert replica.service.served_model_name == "tiny-llama" and replica.service.default_max_tokens == 16
+
+
+def test_replica_hooks(serve_repo, started, monkeypatch):
+    replica = serve_app.TritonReplica(str(serve_repo), "tiny-llama")
+    asyncio.run(replica.check_health())
+    started["backend_object"].is_ready = False
+    with pytest.raises(RuntimeError, match="not ready"):
+        asyncio.run(replica.check_health())
+    context = types.SimpleNamespace(replica_id=types.SimpleNamespace(unique_id="r1"))
+    monkeypatch.setattr(serve_app.serve, "get_replica_context", lambda: context)
+    info = replica.triton_info()
+    assert info["replica"] == "r1" and info["replica_pid"] == os.getpid() and info["decoupled"]
+    replica.__del__()  # what Serve calls when it stops the replica
+    del replica
+    assert started["backend_object"].stops == 1
+
+
+def test_a_replica_whose_tokenizer_fails_starts_no_triton(serve_repo, started, monkeypatch):
+    monkeypatch.setattr(serve_app, "load_tokenizer", lambda _dir: (_ for _ in ()).throw(OSError("no tokenizer")))
+    with pytest.raises(OSError):
+        serve_app.TritonReplica(str(serve_repo), "tiny-llama")
+    assert "backend" not in started
+
+
+# -- the application ---------------------------------------------------------------------------
+
+def test_app_builder_rejects_unknown_args_and_missing_repositories(build_root):
+    with pytest.raises(ValueError, match="unknown application argument"):
+        serve_app.app_builder({"profle": "cpu"})
+    with pytest.raises(FileNotFoundError, match="holds no filled ensemble"):
+        serve_app.app_builder({"profile": "cpu"})
+    with pytest.raises(FileNotFoundError, match="holds no filled ensemble"):
+        serve_app.app  # noqa: B018 - `serve run scripts.serve.app:app` builds it on access
+    with pytest.raises(AttributeError):
+        serve_app.not_there  # noqa: B018
+
+
+def test_app_builder_binds_the_repository(serve_repo):
+    profile = load_profile("cpu")
+    bound = serve_app.app_builder({"profile": "cpu", "mode": "managed"})._bound_deployment
+    assert bound.init_args == (str(serve_repo), profile["served_model_name"], profile["serve_default_max_tokens"], "managed")
+    assert bound.ray_actor_options["num_gpus"] == 0 and bound.name == serve_app.DEPLOYMENT_NAME
+    named = serve_app.app_builder({"served_model_name": "other"})._bound_deployment
+    assert named.init_args[1:] == ("other", profile["serve_default_max_tokens"], "auto")
+    assert serve_app.app._bound_deployment.init_args == named.init_args[:1] + (profile["served_model_name"],) + named.init_args[2:]
+
+
+def test_a_relative_repository_is_relative_to_the_repository_root(serve_repo):
+    relative = os.path.relpath(serve_repo, REPO_ROOT)
+    bound = serve_app.app_builder({"model_repository": relative})._bound_deployment
+    assert bound.init_args[0] == str(serve_repo)

@@ -1,0 +1,85 @@
+"""The Serve YAML and deployment options, from the profiles."""
+import dataclasses
+
+import pytest
+import yaml
+
+from scripts.capacity import check_capacity, parse_cluster
+from scripts.profiles import available_profiles, load_profile
+from scripts.serve import config as serve_config
+from scripts.serve.app import TritonDeployment, app_builder
+from scripts.serve.config import deployment_options, render_app_config
+
+
+def edited(profile, **settings):
+    return dataclasses.replace(profile, settings=profile.settings | settings)
+
+
+@pytest.mark.parametrize("name", available_profiles())
+def test_serve_accepts_each_profiles_options(name):
+    profile = load_profile(name)
+    deployment = TritonDeployment.options(**deployment_options(profile))  # Serve validates keys and values
+    assert deployment.ray_actor_options["num_cpus"] == profile["serve_num_cpus_per_replica"]
+    autoscaling = deployment._deployment_config.autoscaling_config
+    # Serve scales up when replicas hold more than the target: they must be allowed to hold that many.
+    assert deployment.max_ongoing_requests >= autoscaling.target_ongoing_requests
+    assert 1 <= autoscaling.min_replicas <= autoscaling.max_replicas
+    if profile.engine == "tensorrt_llm":
+        assert deployment.ray_actor_options["num_gpus"] >= 1, "GPU replicas must ask Ray for their GPU"
+
+
+def test_options_follow_the_profile():
+    cpu = load_profile("cpu")
+    options = deployment_options(edited(cpu, serve_max_replicas=5, serve_upscale_delay_s=7, num_gpus_per_replica=1,
+                                        serve_max_ongoing_requests=9))
+    assert options["autoscaling_config"]["max_replicas"] == 5 and options["autoscaling_config"]["upscale_delay_s"] == 7
+    assert options["ray_actor_options"]["num_gpus"] == 1 and options["max_ongoing_requests"] == 9
+    assert deployment_options(cpu) != options
+
+
+def test_committed_serve_configs_match_the_profiles(capsys):
+    assert serve_config.main(["--check"]) == 0, capsys.readouterr().out
+
+
+def test_the_yaml_deploys_the_app_builder_with_its_profile():
+    for name in available_profiles():
+        config = yaml.safe_load(render_app_config(load_profile(name)))
+        app, = config["applications"]
+        module, _, attr = app["import_path"].partition(":")
+        assert getattr(__import__(module, fromlist=[attr]), attr) is app_builder
+        assert app["args"] == {"profile": name} and app["route_prefix"] == "/"
+        assert app["deployments"] == [deployment_options(load_profile(name))]
+        assert config["http_options"]["host"] == "127.0.0.1"  # loopback unless a cluster's config says otherwise
+
+
+def test_main_writes_every_profile_and_check_notices_a_stale_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(serve_config, "SERVE_CONFIG_DIR", tmp_path)
+    assert serve_config.main([]) == 0
+    assert sorted(p.stem for p in tmp_path.glob("*.yaml")) == sorted(available_profiles())
+    assert serve_config.main(["--check"]) == 0
+    (tmp_path / "cpu.yaml").write_text("applications: []\n")
+    capsys.readouterr()
+    assert serve_config.main(["--check"]) == 1
+    out = capsys.readouterr().out
+    assert "out of date" in out and str(tmp_path / "cpu.yaml") in out and "python -m scripts.serve.config" in out
+
+
+def test_serve_configs_pass_the_capacity_checker_where_they_should():
+    cpu = yaml.safe_load(serve_config.config_path("cpu").read_text())
+    gpu = yaml.safe_load(serve_config.config_path("gpu-trtllm").read_text())
+    assert check_capacity(cpu, parse_cluster({"nodes": [{"CPU": 2}]})).ok
+    assert not check_capacity(cpu, parse_cluster({"nodes": [{"CPU": 1}]})).ok  # max_replicas 2 x 1 CPU
+    assert check_capacity(gpu, parse_cluster({"nodes": [{"CPU": 8, "GPU": 1}]})).ok
+    assert not check_capacity(gpu, parse_cluster({"nodes": [{"CPU": 64}]})).ok  # no GPU: replicas would hang
+
+
+def test_the_serve_repository_is_filled_decoupled_next_to_notebook_02s(build_root):
+    from scripts.engine import config as engine
+    from scripts.triton.repository.fill import repository_facts
+
+    profile = load_profile("cpu")
+    engine.write_engine_config(profile)
+    filled = serve_config.fill_serve_repository(profile)
+    repo = serve_config.serve_repo_dir(profile)
+    assert filled["repository"] == str(repo) and repo.is_relative_to(build_root)
+    assert repository_facts(repo).decoupled  # streaming needs it
