@@ -85,8 +85,14 @@ class ServerCommand:
     binary: Path = field(default_factory=envcheck.triton_binary)
     log_verbose: int = 0
     extra_args: tuple[str, ...] = ()
+    engine_model: str = "tensorrt_llm"  # what ranks above 0 load
 
     def server_args(self, rank: int = 0) -> list[str]:
+        """One rank's command line. With several ranks (``mpirun``) it follows TensorRT-LLM's launcher
+        (triton-inference-server/tensorrtllm_backend@v0.17.0:scripts/launch_triton_server.py, get_cmd):
+        every rank gets ``--disable-auto-complete-config`` and its own shared-memory prefix; ranks
+        above 0 load only the engine model, explicitly; options for the serving side (``extra_args``,
+        such as this launcher's own model control) are rank 0's alone."""
         args = [
             str(self.binary),
             f"--model-repository={self.model_repo}",
@@ -97,12 +103,15 @@ class ServerCommand:
             f"--exit-timeout-secs={self.exit_timeout_s}",
             f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}{rank}_",
             f"--log-verbose={self.log_verbose}",
-            *self.extra_args,
         ]
         if self.backend_dir is not None:
             args.insert(2, f"--backend-directory={self.backend_dir}")
-        if self.world_size > 1 and rank > 0:  # only rank 0 serves; the others run the engine's workers
-            args += ["--disable-auto-complete-config", "--model-control-mode=explicit", "--load-model=tensorrt_llm"]
+        if self.world_size > 1:
+            args.append("--disable-auto-complete-config")
+        if rank == 0:
+            args += self.extra_args
+        else:  # only rank 0 serves; the others run the engine's workers
+            args += ["--model-control-mode=explicit", f"--load-model={self.engine_model}"]
         return args
 
     def argv(self) -> list[str]:

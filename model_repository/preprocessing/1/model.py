@@ -14,8 +14,11 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         tokenizer = AutoTokenizer.from_pretrained(model_parameter(config, "tokenizer_dir"))
+        # max_model_len: prompt + output (a TensorRT-LLM engine's max_seq_len); max_input_len: the prompt
+        # alone (TensorRT-LLM engines only). Both come from the engine config when the repository is filled.
         self.preprocess = Preprocessor(tokenizer, is_true(model_parameter(config, "add_special_tokens", "true")),
-                                       int(model_parameter(config, "max_model_len", "0")))
+                                       int(model_parameter(config, "max_model_len", "0")),
+                                       int(model_parameter(config, "max_input_len", "0")))
 
     def execute(self, requests):
         responses = []

@@ -1,14 +1,22 @@
 """Triton Python model (BLS): preprocessing -> engine -> postprocessing called from Python.
 
 The alternative to the ensemble when the pipeline needs logic between steps. Decoupled, it
-streams: each engine response is detokenized and sent on as it arrives.
+streams: each engine response is detokenized and sent on as it arrives. Otherwise the engine's
+responses are gathered into one answer.
+
+The engine is always called with ``exec(decoupled=True)``: the Python backend refuses a plain
+``exec()`` on a decoupled model ("Please use 'decoupled=True' argument to the 'exec' or
+'async_exec' calls for decoupled models", triton-inference-server/python_backend@r25.02:
+src/request_executor.cc), while ``exec(decoupled=True)`` serves both kinds, as an iterator of
+responses whose last one may be empty (python_backend@r25.02: README.md, "Using BLS with
+Decoupled Models"; src/pb_stub.cc binds ``exec``/``async_exec`` with their ``decoupled`` argument).
 """
 import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scripts.triton.backend.steps import model_parameter
+from scripts.triton.backend.steps import gather_engine_outputs, model_parameter
 
 PRE_INPUTS = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
               "stop_words": "STOP_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID"}
@@ -16,6 +24,9 @@ PRE_OUTPUTS = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths", "R
                "BAD_WORDS_IDS": "bad_words_list", "STOP_WORDS_IDS": "stop_words_list", "OUT_END_ID": "end_id",
                "OUT_PAD_ID": "pad_id"}
 PASS_THROUGH = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "temperature": "temperature", "stream": "streaming"}
+# TensorRT-LLM's backend fails a request that does not ask for both (tensorrtllm_backend@v0.17.0:
+# inflight_batcher_llm/src/model_instance_state.cc, fillTritonResponse).
+ENGINE_OUTPUTS = ("output_ids", "sequence_length")
 
 
 class TritonPythonModel:
@@ -43,14 +54,22 @@ class TritonPythonModel:
                               if (t := pb_utils.get_input_tensor_by_name(request, n)) is not None]
             stream = self.decoupled and self._flag(request, "stream")
             engine_request = pb_utils.InferenceRequest(model_name=self.engine, inputs=engine_inputs,
-                                                       requested_output_names=["output_ids", "sequence_length"])
-            results = engine_request.exec(decoupled=True) if stream else [engine_request.exec()]
-            for result in results:
+                                                       requested_output_names=list(ENGINE_OUTPUTS))
+            parts = []
+            for result in engine_request.exec(decoupled=True):
                 if result.has_error():
                     raise pb_utils.TritonModelException(result.error().message())
-                if not result.output_tensors():  # the final, empty response of a stream
+                if not result.output_tensors():  # the final, empty response of a decoupled model
                     continue
-                response = self._detokenize(result)
+                part = tuple(pb_utils.get_output_tensor_by_name(result, n).as_numpy() for n in ENGINE_OUTPUTS)
+                if stream:
+                    sender.send(self._detokenize(*part))
+                else:
+                    parts.append(part)
+            if not stream:
+                if not parts:
+                    raise pb_utils.TritonModelException(f"engine model {self.engine!r} answered without tokens")
+                response = self._detokenize(*gather_engine_outputs(parts))
                 if sender is None:
                     return response
                 sender.send(response)
@@ -69,11 +88,9 @@ class TritonPythonModel:
             raise pb_utils.TritonModelException(result.error().message())
         return result
 
-    def _detokenize(self, engine_result):
-        post = self._call("postprocessing", [
-            pb_utils.Tensor("TOKENS_BATCH", pb_utils.get_output_tensor_by_name(engine_result, "output_ids").as_numpy()),
-            pb_utils.Tensor("SEQUENCE_LENGTH", pb_utils.get_output_tensor_by_name(engine_result, "sequence_length").as_numpy()),
-        ], ["OUTPUT"])
+    def _detokenize(self, output_ids, sequence_length):
+        post = self._call("postprocessing", [pb_utils.Tensor("TOKENS_BATCH", output_ids),
+                                             pb_utils.Tensor("SEQUENCE_LENGTH", sequence_length)], ["OUTPUT"])
         text = pb_utils.get_output_tensor_by_name(post, "OUTPUT").as_numpy()
         return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("text_output", np.asarray(text, dtype=np.object_))])
 

@@ -92,10 +92,25 @@ def check_prompt_text(text: str) -> None:
         raise ValueError("text_input is empty: send a prompt with at least one non-space character")
 
 
-def check_request_size(prompt_tokens: int, max_tokens: int | None, max_model_len: int) -> None:
-    """``max_tokens`` positive, and prompt plus output within the model's length (0: no limit)."""
+def check_request_size(prompt_tokens: int, max_tokens: int | None, max_model_len: int, max_input_len: int = 0) -> None:
+    """``max_tokens`` positive, the prompt within the engine's ``max_input_len`` and prompt plus output
+    within the model's length (``max_model_len``; a TensorRT-LLM engine's ``max_seq_len``). 0: no limit.
+
+    TensorRT-LLM checks both itself, but not as a client error. Whatever the executor refuses reaches
+    the client as TRITONSERVER_ERROR_INTERNAL (HTTP 500), whether it throws at enqueue or answers with
+    an error response (triton-inference-server/tensorrtllm_backend@v0.17.0:
+    inflight_batcher_llm/src/model_instance_state.cc, ``enqueue`` and ``fillTritonResponse``). The
+    executor throws "Prompt length (N) exceeds maximum input length (M)" and silently lowers the output
+    length when prompt plus output exceed ``max_seq_len`` (NVIDIA/TensorRT-LLM
+    cpp/tensorrt_llm/batch_manager/llmRequest.cpp, ``LlmRequest::validate``, read at a commit later
+    than v0.17.0: TensorRT-LLM's tree is too large to mirror here, so not checked at v0.17.0).
+    Checked here first, both become INVALID_ARG (HTTP 400) with a message that says what to change.
+    """
     if max_tokens is None or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive number of tokens, got {max_tokens}")
+    if max_input_len and prompt_tokens > max_input_len:
+        raise ValueError(f"the prompt has {prompt_tokens} tokens, more than the engine's max_input_len of "
+                         f"{max_input_len} tokens (the longest prompt it was built for); shorten the prompt")
     if max_model_len and prompt_tokens + max_tokens > max_model_len:
         raise ValueError(f"the prompt has {prompt_tokens} tokens and max_tokens is {max_tokens}: together more than the "
                          f"model's limit of {max_model_len} tokens; shorten the prompt or lower max_tokens")
@@ -107,7 +122,8 @@ class Preprocessor:
 
     tokenizer: Any
     add_special_tokens: bool = True
-    max_model_len: int = 0
+    max_model_len: int = 0  # prompt + output; 0: no limit
+    max_input_len: int = 0  # prompt alone (a TensorRT-LLM engine's build limit); 0: no limit
 
     def __call__(self, query: np.ndarray, output_len: np.ndarray, bad_words: np.ndarray | None = None,
                  stop_words: np.ndarray | None = None, end_id: np.ndarray | None = None,
@@ -119,7 +135,7 @@ class Preprocessor:
         for i, text in enumerate(texts):
             check_prompt_text(text)
             tokens = self.tokenizer(text, add_special_tokens=self.add_special_tokens)["input_ids"]
-            check_request_size(len(tokens), int(lengths[i]), self.max_model_len)
+            check_request_size(len(tokens), int(lengths[i]), self.max_model_len, self.max_input_len)
             ids.append(tokens)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
@@ -156,6 +172,33 @@ def postprocess(tokenizer: Any, tokens: np.ndarray, lengths: np.ndarray, skip_sp
             ids = tokens[b, k, : int(lengths[b, k])].tolist()
             out[b, k] = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).encode("utf-8")
     return out
+
+
+def gather_engine_outputs(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """One engine answer from the responses of a decoupled engine: ``(output_ids, sequence_length)``.
+
+    Each part is one response's ``output_ids`` [1, beams, T] and ``sequence_length`` [1, beams]; the
+    tokens of beam ``b`` are ``output_ids[0, b, :sequence_length[0, b]]`` and the rest is padding
+    (-1 in TensorRT-LLM's answers: tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/
+    model_instance_state.cc, ``fillTritonResponse``). A streamed answer's responses each hold the
+    tokens that are new since the previous one, so the whole answer is their concatenation per beam.
+    """
+    if not parts:
+        raise ValueError("the engine sent no tokens")
+    beams: list[list[int]] | None = None
+    for output_ids, sequence_length in parts:
+        ids = np.asarray(output_ids)
+        ids = ids.reshape(1, -1, ids.shape[-1]) if ids.ndim != 3 else ids
+        lengths = np.asarray(sequence_length).reshape(-1)
+        if beams is None:
+            beams = [[] for _ in range(ids.shape[1])]
+        for b, beam in enumerate(beams):
+            beam.extend(int(t) for t in ids[0, b, : int(lengths[b])])
+    width = max(1, *(len(beam) for beam in beams))
+    merged = np.full((1, len(beams), width), -1, dtype=np.int32)
+    for b, beam in enumerate(beams):
+        merged[0, b, : len(beam)] = beam
+    return merged, np.array([[len(beam) for beam in beams]], dtype=np.int32)
 
 
 # -- engine requests (token ids in, token ids out) ---------------------------------------------

@@ -28,9 +28,10 @@ class RepoSettings:
     postprocessing_instance_count: int = 1
     engine_instance_count: int = 1
     bls_instance_count: int = 1
-    batching_strategy: str = "inflight_fused_batching"
+    # tensorrt_llm parameters, as the v0.17.0 backend reads them (model_repository/tensorrt_llm/config.pbtxt):
+    batching_strategy: str = "inflight_fused_batching"  # -> gpt_model_type
+    batch_scheduler_policy: str = "guaranteed_no_evict"
     kv_cache_free_gpu_mem_fraction: float = 0.9
-    logits_datatype: str = "TYPE_FP32"
     add_special_tokens: bool = True
     skip_special_tokens: bool = True
 
@@ -39,15 +40,29 @@ def repo_dir(profile: Profile) -> Path:
     return triton_repo_dir(profile.name)
 
 
+def length_limits(engine_config: dict[str, Any]) -> tuple[int, int]:
+    """``(max_model_len, max_input_len)`` the preprocessing model checks requests against.
+
+    vLLM has one limit, ``max_model_len``, on prompt plus output. A TensorRT-LLM engine has two, fixed
+    by ``trtllm-build``: ``max_seq_len`` (prompt plus output) and ``max_input_len`` (the prompt).
+    0 means no limit.
+    """
+    if engine_config["engine"] == "tensorrt_llm":
+        total = engine_config.get("max_seq_len") or engine_config["max_model_len"]
+        return int(total), int(engine_config.get("max_input_len") or 0)
+    return int(engine_config["max_model_len"]), 0
+
+
 def template_values(engine_config: dict[str, Any], s: RepoSettings) -> dict[str, dict[str, Any]]:
     """The values each template model is filled with."""
     engine = ENGINE_MODEL[engine_config["engine"]]
     tokenizer = engine_config.get("tokenizer_dir", engine_config["model_dir"])
     engine_dir = engine_config.get("engine_dir") or engine_config["_engine_dir"]
     common = {"triton_max_batch_size": s.triton_max_batch_size}
+    max_model_len, max_input_len = length_limits(engine_config)
     values = {
         "preprocessing": common | {"tokenizer_dir": tokenizer, "add_special_tokens": s.add_special_tokens,
-                                   "max_model_len": engine_config["max_model_len"],
+                                   "max_model_len": max_model_len, "max_input_len": max_input_len,
                                    "preprocessing_instance_count": s.preprocessing_instance_count},
         "postprocessing": common | {"tokenizer_dir": tokenizer, "skip_special_tokens": s.skip_special_tokens,
                                     "postprocessing_instance_count": s.postprocessing_instance_count},
@@ -60,8 +75,8 @@ def template_values(engine_config: dict[str, Any], s: RepoSettings) -> dict[str,
     }
     if engine == "tensorrt_llm":
         values[engine] |= {"max_queue_size": s.max_queue_size, "batching_strategy": s.batching_strategy,
-                           "kv_cache_free_gpu_mem_fraction": s.kv_cache_free_gpu_mem_fraction,
-                           "logits_datatype": s.logits_datatype}
+                           "batch_scheduler_policy": s.batch_scheduler_policy,
+                           "kv_cache_free_gpu_mem_fraction": s.kv_cache_free_gpu_mem_fraction}
     else:
         values["vllm_model"] = {"engine_instance_count": s.engine_instance_count}
     return values

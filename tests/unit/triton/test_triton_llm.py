@@ -83,11 +83,17 @@ def test_make_backend_needs_a_filled_ensemble_and_a_known_mode(tmp_path, filled_
 
 
 class FakeTensor:
+    """The in-process API's output tensor, its BYTES accessors as in
+    triton-inference-server/core@r25.02:python/tritonserver/_api/_tensor.py."""
+
     def __init__(self, array):
         self.array = np.asarray(array)
 
+    def to_bytes_array(self):
+        return np.array(self.array, dtype=np.object_)
+
     def to_string_array(self):
-        return np.array([[v.decode() for v in row] for row in self.array], dtype=object)
+        return self.to_bytes_array().astype(str)  # r25.02's own: NumPy decodes as ASCII
 
     def __dlpack__(self, stream=None):
         return self.array.__dlpack__()
@@ -187,3 +193,25 @@ def test_repository_facts(filled_repo, build_root):
         repository_facts(filled_repo, "preprocessing")
     with pytest.raises(FileNotFoundError, match="fill the repository first"):
         repository_facts(build_root / "nowhere")
+
+
+NON_ASCII = "Triton \u00e9quilibre \u20ac \u4e2d"
+
+
+def test_in_process_generate_returns_non_ascii_text(monkeypatch, filled_repo):
+    # core r25.02's to_string_array() raises on this text; the client decodes the bytes itself
+    with pytest.raises(UnicodeDecodeError):
+        FakeTensor(np.array([[NON_ASCII.encode()]], dtype=object)).to_string_array()
+    module, _ = fake_tritonserver([response(NON_ASCII, 4, ids=[5, 6, 7, 8])])
+    monkeypatch.setitem(sys.modules, "tritonserver", module)
+    backend = make_backend(filled_repo, "ensemble", mode="in-process")
+
+    async def run():
+        return [c async for c in backend.generate({})]
+
+    assert asyncio.run(run()) == [Chunk(NON_ASCII, 4, [5, 6, 7, 8])]
+
+
+def test_text_array_decodes_utf8_and_replaces_a_cut_character():
+    assert triton_llm.text_array(FakeTensor(np.array([[NON_ASCII.encode()]], dtype=object))).tolist() == [[NON_ASCII]]
+    assert triton_llm.text_array(FakeTensor(np.array([[b"cut \xe2\x82"]], dtype=object))).tolist() == [["cut \ufffd"]]

@@ -120,3 +120,52 @@ def test_multi_token_bad_word_is_refused_not_ignored(tok):
     with pytest.raises(ValueError, match="bad word 'balances' is .* tokens; the cpu engine bans one-token words only"):
         tm.engine_request({"input_ids": np.array([[0, 5]]), "request_output_len": np.array([[4]]),
                            "bad_words_list": tm.to_word_list_format([[many]])}, tok, 512)
+
+
+def test_cpu_length_message_is_unchanged(tok):
+    text = "Triton " * 600
+    n = len(tok(text)["input_ids"])
+    with pytest.raises(ValueError) as info:
+        tm.Preprocessor(tok, True, 512)(q(text), np.array([[32]], np.int32))
+    assert str(info.value) == (f"the prompt has {n} tokens and max_tokens is 32: together more than the model's "
+                               "limit of 512 tokens; shorten the prompt or lower max_tokens")
+
+
+def test_prompt_over_max_input_len_is_refused_before_the_total(tok):
+    # a TensorRT-LLM engine's two build limits: max_input_len (prompt) and max_seq_len (prompt + output)
+    pre = tm.Preprocessor(tok, True, max_model_len=64, max_input_len=8)
+    text = "Triton " * 20
+    n = len(tok(text)["input_ids"])
+    with pytest.raises(ValueError) as info:
+        pre(q(text), np.array([[4]], np.int32))
+    assert str(info.value) == (f"the prompt has {n} tokens, more than the engine's max_input_len of 8 tokens "
+                               "(the longest prompt it was built for); shorten the prompt")
+    short = "Triton"
+    m = len(tok(short)["input_ids"])
+    assert pre(q(short), np.array([[64 - m]], np.int32))["REQUEST_INPUT_LEN"].tolist() == [[m]]
+    with pytest.raises(ValueError, match="together more than the model's limit of 64 tokens"):
+        pre(q(short), np.array([[65 - m]], np.int32))
+
+
+def test_check_request_size_limits():
+    tm.check_request_size(8, 4, 12, 8)  # both limits exactly met
+    tm.check_request_size(5000, 4, 0, 0)  # 0: no limit
+    with pytest.raises(ValueError, match="max_input_len of 8 tokens"):
+        tm.check_request_size(9, 1, 0, 8)
+    with pytest.raises(ValueError, match="limit of 12 tokens"):
+        tm.check_request_size(8, 5, 12, 8)
+    with pytest.raises(ValueError, match="max_tokens must be a positive number of tokens, got None"):
+        tm.check_request_size(1, None, 12, 8)
+
+
+def test_gather_engine_outputs_joins_streamed_responses_per_beam():
+    parts = [(np.array([[[5, -1]]], np.int32), np.array([[1]], np.int32)),
+             (np.array([[[6, 7]]], np.int32), np.array([[2]], np.int32)),
+             (np.array([[[8]]], np.int32), np.array([[1]], np.int32))]
+    ids, lengths = tm.gather_engine_outputs(parts)
+    assert ids.tolist() == [[[5, 6, 7, 8]]] and lengths.tolist() == [[4]] and ids.dtype == np.int32
+    one = (np.array([[[5, 6, -1, -1]]], np.int32), np.array([[2]], np.int32))
+    ids, lengths = tm.gather_engine_outputs([one])
+    assert ids.tolist() == [[[5, 6]]] and lengths.tolist() == [[2]]
+    with pytest.raises(ValueError, match="no tokens"):
+        tm.gather_engine_outputs([])

@@ -41,6 +41,46 @@ def test_world_size_uses_mpirun_one_rank_each():
     assert "--load-model=tensorrt_llm" in argv
 
 
+def ranks(argv: list[str]) -> list[list[str]]:
+    """The per-rank command lines of an ``mpirun -n 1 A : -n 1 B`` command."""
+    assert argv[:2] == ["mpirun", "--allow-run-as-root"]
+    out, current = [], []
+    for arg in argv[2:] + [":"]:
+        if arg == ":":
+            assert current[:2] == ["-n", "1"]
+            out.append(current[2:])
+            current = []
+        else:
+            current.append(arg)
+    return out
+
+
+def test_mpirun_ranks_as_tensorrt_llm_launcher_builds_them():
+    """tensorrtllm_backend@v0.17.0:scripts/launch_triton_server.py (get_cmd): every rank gets
+    --disable-auto-complete-config and its own shm-region-prefix-name; ranks above 0 load only the
+    tensorrt_llm model, in explicit model control; what the caller adds belongs to rank 0."""
+    extra = ("--model-control-mode=explicit", "--load-model=ensemble")
+    per_rank = ranks(command(world_size=3, extra_args=extra).argv())
+    assert len(per_rank) == 3
+    for rank, args in enumerate(per_rank):
+        assert args[0].endswith("tritonserver") and "--model-repository=/r" in args
+        assert args.count("--disable-auto-complete-config") == 1, rank
+        assert f"--backend-config=python,shm-region-prefix-name=tut_{rank}_" in args
+    rank0, *workers = per_rank
+    assert rank0[-2:] == list(extra) and "--load-model=tensorrt_llm" not in rank0
+    for args in workers:
+        assert "--load-model=ensemble" not in args
+        assert args[-2:] == ["--model-control-mode=explicit", "--load-model=tensorrt_llm"]
+
+
+def test_single_rank_command_is_unchanged_by_mpi_rules():
+    argv = command(extra_args=("--model-control-mode=explicit", "--load-model=ensemble")).argv()
+    assert argv[0].endswith("tritonserver") and "mpirun" not in argv
+    assert "--disable-auto-complete-config" not in argv  # as before: the cpu command stays the same
+    assert argv[-2:] == ["--model-control-mode=explicit", "--load-model=ensemble"]
+    assert argv[2] == "--backend-directory=/b"
+
+
 def test_environment_puts_this_venv_first_and_wheel_libs(monkeypatch):
     env = command().environment({"PATH": "/usr/bin"})
     assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
@@ -115,6 +155,26 @@ def test_template_values_pick_the_engine_model():
     values = template_values({"engine": "vllm", "model_dir": "/m", "max_model_len": 64, "_engine_dir": "/e"}, RepoSettings())
     assert values["ensemble"]["engine_model_name"] == ENGINE_MODEL["vllm"] == "vllm_engine"
     assert values["vllm_engine"]["engine_dir"] == "/e" and values["preprocessing"]["max_model_len"] == 64
+    assert values["preprocessing"]["max_input_len"] == 0  # vLLM has no separate prompt limit
+
+
+def test_template_values_take_tensorrt_llm_build_limits():
+    config = {"engine": "tensorrt_llm", "model_dir": "/m", "max_model_len": 4096, "engine_dir": "/e",
+              "max_input_len": 1024, "max_seq_len": 2048}
+    values = template_values(config, RepoSettings())
+    assert (values["preprocessing"]["max_model_len"], values["preprocessing"]["max_input_len"]) == (2048, 1024)
+    assert values["tensorrt_llm"]["batching_strategy"] == "inflight_fused_batching"
+    assert values["tensorrt_llm"]["batch_scheduler_policy"] == "guaranteed_no_evict"
+    assert "logits_datatype" not in values["tensorrt_llm"]
+
+
+def test_cpu_preprocessing_limits_are_max_model_len_only(build_root):
+    profile = load_profile("cpu")
+    engine.write_engine_config(profile)
+    repo = Path(fill_for_profile(profile)["repository"])
+    text = (repo / "preprocessing" / "config.pbtxt").read_text()
+    assert 'key: "max_model_len" value: { string_value: "512" }' in text
+    assert 'key: "max_input_len" value: { string_value: "0" }' in text
 
 
 def test_backend_dir_can_be_prepared_while_a_stub_runs(tmp_path):

@@ -1,0 +1,102 @@
+"""The cpu profile end to end on a real tritonserver (the nvidia-pytriton wheel's) with vLLM:
+ensemble, BLS and the engine model called directly, on a repository filled decoupled (as notebook
+05 fills it) and not (notebooks 02 and 04). About 40 s each: vLLM starts inside Triton."""
+from __future__ import annotations
+
+import json
+import os
+import queue
+from pathlib import Path
+
+import numpy as np
+import pytest
+import requests
+
+from scripts.engine.config import write_engine_config
+from scripts.model.checkpoint import prepare_model
+from scripts.paths import BUILD_DIR_ENV
+from scripts.profiles import load_profile
+from scripts.triton.client import engine_model_request, generated_ids, tritonclient_args
+from scripts.triton.repository.fill import RepoSettings, fill_for_profile
+from scripts.triton.server import TritonServer
+
+PROMPT = "Ray Serve takes"
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["decoupled", "not-decoupled"])
+def served(request, tmp_path_factory):
+    build = tmp_path_factory.mktemp("build")
+    before = os.environ.get(BUILD_DIR_ENV)
+    os.environ[BUILD_DIR_ENV] = str(build)
+    try:
+        profile = load_profile("cpu")
+        prepare_model(profile)
+        write_engine_config(profile)
+        repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=request.param))["repository"])
+        server = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble",
+                                                "--load-model=tensorrt_llm_bls"))
+        with server.start(timeout_s=300, retries=1):
+            yield server, repo, profile.path("model_dir"), request.param
+    finally:
+        if before is None:
+            os.environ.pop(BUILD_DIR_ENV, None)
+        else:
+            os.environ[BUILD_DIR_ENV] = before
+
+
+def generate(server, model: str, **body) -> requests.Response:
+    return requests.post(f"{server.http_url}/v2/models/{model}/generate", json=body, timeout=120)
+
+
+def test_bls_answers_without_streaming_from_the_decoupled_engine(served):
+    server, _, _, _ = served
+    ensemble = generate(server, "ensemble", text_input=PROMPT, max_tokens=12)
+    bls = generate(server, "tensorrt_llm_bls", text_input=PROMPT, max_tokens=12)
+    assert ensemble.status_code == bls.status_code == 200, (ensemble.text, bls.text)
+    assert bls.json()["text_output"] == ensemble.json()["text_output"] and ensemble.json()["text_output"].strip()
+
+
+def test_bls_stream_joins_to_the_same_text(served):
+    server, _, _, decoupled = served
+    if not decoupled:
+        pytest.skip("streaming needs the decoupled policy")
+    whole = generate(server, "tensorrt_llm_bls", text_input=PROMPT, max_tokens=8).json()["text_output"]
+    r = requests.post(f"{server.http_url}/v2/models/tensorrt_llm_bls/generate_stream",
+                      json={"text_input": PROMPT, "max_tokens": 8, "stream": True}, timeout=120)
+    chunks = [json.loads(line[len("data: "):])["text_output"] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert r.status_code == 200 and len(chunks) > 1 and "".join(chunks) == whole
+
+
+def test_direct_engine_request_gives_the_ensemble_tokens(served):
+    import tritonclient.grpc as grpcclient
+    from transformers import AutoTokenizer
+
+    server, repo, model_dir, decoupled = served
+    expected = np.asarray(generate(server, "ensemble", text_input=PROMPT, max_tokens=12).json()["output_ids"])
+    ids = AutoTokenizer.from_pretrained(model_dir)(PROMPT)["input_ids"]
+    req = engine_model_request(repo, ids, 12)
+    assert req.model_name == "vllm_engine"
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    inputs, outputs = tritonclient_args(req, grpcclient)
+    try:
+        if decoupled:  # a decoupled model answers on a stream only
+            answers: queue.Queue = queue.Queue()
+            client.start_stream(callback=lambda result, error: answers.put((result, error)))
+            client.async_stream_infer(req.model_name, inputs, outputs=outputs)
+            result, error = answers.get(timeout=120)
+            client.stop_stream()
+            assert error is None, error
+        else:
+            result = client.infer(req.model_name, inputs, outputs=outputs)
+        assert generated_ids(req, {n: result.as_numpy(n) for n in req.outputs}) == expected.reshape(-1).tolist()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("model,prefix", [("ensemble", "in ensemble 'ensemble', "), ("tensorrt_llm_bls", "")])
+def test_too_long_prompt_is_a_400_with_the_same_text(served, model, prefix):
+    server, _, _, _ = served
+    r = generate(server, model, text_input="Triton " * 600, max_tokens=32)
+    assert r.status_code == 400
+    assert r.json()["error"] == (f"{prefix}the prompt has 602 tokens and max_tokens is 32: together more than the "
+                                 "model's limit of 512 tokens; shorten the prompt or lower max_tokens")
