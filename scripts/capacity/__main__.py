@@ -1,5 +1,5 @@
 import sys
 
-from scripts.capacity import main
+from scripts.capacity.cli import main
 
 sys.exit(main())
