@@ -3,7 +3,9 @@
 ``python -m scripts.bench.triton --url http://127.0.0.1:PORT --engine_dir build/engine/vllm``
 sends N concurrent ``generate_stream`` requests of T tokens each (``end_id`` -1: no early stop) to
 the running server's ensemble, then runs the same prompts through vLLM's offline ``LLM.generate``
-in a child process, and prints both rates and their ratio. Prints one JSON line last.
+in a child process (``scripts.engine.vllm_offline``, the function ``run.py`` uses too; only the
+``generate`` call is timed, not the engine's start-up), and prints both rates and their ratio.
+Prints one JSON line last.
 """
 from __future__ import annotations
 
@@ -56,23 +58,13 @@ def bench_offline(engine_dir: str, prompts: list[str], tokens: int) -> dict:
 
 
 def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
-    import os
+    """The child process: vLLM offline on the same prompts; the rate counts ``generate`` only."""
+    from scripts.engine import vllm_offline  # noqa: PLC0415 - the child process only
+    from scripts.engine.config import read_engine_config  # noqa: PLC0415
 
-    from scripts.engine.config import read_engine_config, vllm_engine_kwargs, vllm_environment
-
-    config = read_engine_config(engine_dir)
-    os.environ.update(vllm_environment(config))
-    from vllm import LLM, SamplingParams
-
-    llm = LLM(**vllm_engine_kwargs(config))
-    params = SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True)
-    prompts = bench_prompts(n)
-    llm.generate(prompts[:2], params, use_tqdm=False)  # warm-up
-    start = time.monotonic()
-    outs = llm.generate(prompts, params, use_tqdm=False)
-    wall = time.monotonic() - start
-    generated = sum(len(o.outputs[0].token_ids) for o in outs)
-    return {"requests": n, "wall_s": wall, "tok_per_s": generated / wall}
+    run = vllm_offline.generate(read_engine_config(engine_dir), bench_prompts(n), tokens, ignore_eos=True,
+                                warmup_prompts=2)
+    return {"requests": n, "wall_s": run.generate_s, "tok_per_s": run.generated_tokens / run.generate_s}
 
 
 def main(argv: list[str] | None = None) -> int:

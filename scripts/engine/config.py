@@ -139,12 +139,25 @@ def vllm_engine_kwargs(config: dict[str, Any]) -> dict[str, Any]:
 
 # -- TensorRT-LLM (gpu-trtllm profile) ------------------------------------------------------
 
+def convert_checkpoint_script(profile: Profile) -> Path:
+    """``examples/llama/convert_checkpoint.py`` of the TensorRT-LLM v0.17.0 sources (the Dockerfile
+    clones them; the folder moved to examples/models/core/llama in later releases)."""
+    return profile.path("trtllm_examples_dir") / "llama" / "convert_checkpoint.py"
+
+
 def trtllm_build_commands(profile: Profile) -> list[list[str]]:
-    """``convert_checkpoint.py`` then ``trtllm-build``, as in TensorRT-LLM's Llama guide."""
+    """``convert_checkpoint.py`` then ``trtllm-build``, as in TensorRT-LLM's Llama guide.
+
+    Flags: TensorRT-LLM@v0.17.0:examples/llama/convert_checkpoint.py (``--model_dir``,
+    ``--output_dir``, ``--dtype``, ``--tp_size``, ``--pp_size``) and
+    TensorRT-LLM@v0.17.0:tensorrt_llm/commands/build.py, the ``trtllm-build`` entry point
+    (``--checkpoint_dir``, ``--output_dir``, ``--gemm_plugin`` with its ``auto`` choice,
+    ``--max_batch_size``, ``--max_input_len``, ``--max_seq_len``); the same pair of commands as
+    tensorrtllm_backend@v0.17.0:docs/llama.md.
+    """
     s = engine_settings(profile)
-    examples = profile.path("trtllm_examples_dir")
     convert = [
-        "python3", str(examples / "llama" / "convert_checkpoint.py"),
+        "python3", str(convert_checkpoint_script(profile)),
         "--model_dir", s["model_dir"],
         "--output_dir", s["checkpoint_dir"],
         "--dtype", s["dtype"],
@@ -183,6 +196,14 @@ def build_engine(profile: Profile, dry_run: bool = False) -> dict[str, Any]:
             model_dir = profile.path("model_dir")
             if not (model_dir / "config.json").is_file():
                 raise EngineConfigError(f"no Hugging Face checkpoint at {model_dir}: run notebook 00 first")
+            script = convert_checkpoint_script(profile)
+            if not script.is_file():
+                raise EngineConfigError(
+                    f"{script} is missing: the NGC image has no TensorRT-LLM examples. Build the project's "
+                    "Dockerfile (it clones TensorRT-LLM v0.17.0 to /opt/src), or clone "
+                    "`git clone --depth 1 --branch v0.17.0 https://github.com/NVIDIA/TensorRT-LLM.git` "
+                    "and set TRTLLM_EXAMPLES_DIR to its examples folder"
+                )
             for cmd in commands:
                 subprocess.run(cmd, check=True)
     result["engine_config"] = str(write_engine_config(profile))

@@ -6,8 +6,12 @@ Same command-line shape as TensorRT-LLM's ``examples/run.py``::
         --max_output_len 32 --input_text "Ray Serve takes" "Triton loads"
 
 The engine directory's ``engine_config.json`` says which engine runs: vLLM (``cpu`` profile) or
-TensorRT-LLM's ``ModelRunner`` (``gpu-trtllm``). Decoding is greedy. ``--output_json`` writes
-prompt and output token ids and texts, the reference that Triton and Ray Serve must match.
+TensorRT-LLM (``gpu-trtllm``). On TensorRT-LLM the default runtime is ``ModelRunnerCpp``, the C++
+runtime (the executor that Triton's ``tensorrtllm`` backend runs too), as in upstream ``run.py``;
+``--use_py_session`` picks the Python ``ModelRunner``. Greedy fp16 text can differ between the two,
+so the reference comes from the one Triton uses. Decoding is greedy. ``--output_json`` writes prompt
+and output token ids and texts (and the tokenizer's ``bos_token_id``), the reference that Triton and
+Ray Serve must match.
 """
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from scripts.engine.config import VLLM_DTYPES, EngineConfigError, read_engine_config, vllm_engine_kwargs, vllm_environment
+from scripts.engine import vllm_offline
+from scripts.engine.config import VLLM_DTYPES, EngineConfigError, read_engine_config
 from scripts.paths import REPO_ROOT, build_dir, reference_path
 
 
@@ -37,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", help=f"override the engine's dtype ({', '.join(VLLM_DTYPES)})")
     p.add_argument("--ignore_eos", action="store_true", help="always generate max_output_len tokens")
     p.add_argument("--output_json", help="write prompts, token ids and texts to this file")
+    # TensorRT-LLM@v0.17.0:examples/utils.py (add_common_args) defines --use_py_session for run.py:
+    # without it run.py takes ModelRunnerCpp, with it the Python ModelRunner. vLLM ignores it.
+    p.add_argument("--use_py_session", action="store_true",
+                   help="TensorRT-LLM only: the Python runtime (ModelRunner) instead of the C++ one (ModelRunnerCpp)")
     return p
 
 
@@ -63,14 +72,18 @@ def validate(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_output_len: int) -> None:
-    """Reject prompts that cannot fit with their output in ``max_model_len``, before the engine starts."""
+def load_tokenizer(config: dict[str, Any]):
     tokenizer_dir = config.get("tokenizer_dir", config["model_dir"])
     if not (Path(tokenizer_dir) / "tokenizer_config.json").is_file():
         raise RunError(f"no tokenizer at {tokenizer_dir}: make the model first (notebook 00_check_environment)")
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415 - heavy
 
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
+
+
+def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_output_len: int) -> None:
+    """Reject prompts that cannot fit with their output in ``max_model_len``, before the engine starts."""
+    tokenizer = load_tokenizer(config)
     limit = int(config["max_model_len"]) - max_output_len
     for i, ids in enumerate(tokenizer(list(prompts))["input_ids"]):
         if len(ids) > limit:
@@ -78,13 +91,11 @@ def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_out
                            f"at most {limit} fit in the engine's max_model_len {config['max_model_len']}: shorten it")
 
 
-def generate_vllm(config: dict[str, Any], prompts: list[str], max_output_len: int, ignore_eos: bool) -> list[dict]:
-    os.environ.update(vllm_environment(config))
-    from vllm import LLM, SamplingParams
+# -- vLLM (cpu profile) -----------------------------------------------------------------------
 
-    llm = LLM(**vllm_engine_kwargs(config))
-    params = SamplingParams(temperature=0.0, max_tokens=max_output_len, ignore_eos=ignore_eos)
-    outputs = llm.generate(prompts, params, use_tqdm=False)
+def generate_vllm(config: dict[str, Any], prompts: list[str], max_output_len: int, ignore_eos: bool) -> list[dict]:
+    """vLLM's offline ``LLM.generate`` (the same call ``scripts.bench.triton`` times)."""
+    run = vllm_offline.generate(config, prompts, max_output_len, ignore_eos=ignore_eos)
     return [
         {
             "input_text": o.prompt,
@@ -93,42 +104,124 @@ def generate_vllm(config: dict[str, Any], prompts: list[str], max_output_len: in
             "output_text": o.outputs[0].text,
             "finish_reason": o.outputs[0].finish_reason,
         }
-        for o in outputs
+        for o in run.outputs
     ]
 
 
-def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: int, ignore_eos: bool) -> list[dict]:
-    """TensorRT-LLM's ``ModelRunner`` (runs inside the NGC container only)."""
-    import torch
-    from tensorrt_llm.runtime import ModelRunner
-    from transformers import AutoTokenizer
+# -- TensorRT-LLM (gpu-trtllm profile) ------------------------------------------------------
 
-    tokenizer = AutoTokenizer.from_pretrained(config["tokenizer_dir"])
-    runner = ModelRunner.from_dir(engine_dir=config["engine_dir"])
-    batch = [torch.tensor(tokenizer(p)["input_ids"], dtype=torch.int32) for p in prompts]
+def engine_max_batch_size(config: dict[str, Any]) -> int:
+    """The largest batch the engine takes in one ``generate`` call.
+
+    ``trtllm-build`` records it in the engine's ``config.json`` under ``build_config.max_batch_size``
+    (TensorRT-LLM@v0.17.0:tensorrt_llm/builder.py, ``BuildConfig``); ``engine_config.json`` repeats
+    the profile's value, used where the engine's own file is absent.
+    """
+    engine_json = Path(config["engine_dir"]) / "config.json"
+    if engine_json.is_file():
+        build = json.loads(engine_json.read_text()).get("build_config", {})
+        if build.get("max_batch_size"):
+            return int(build["max_batch_size"])
+    if config.get("max_batch_size"):
+        return int(config["max_batch_size"])
+    raise RunError(f"{engine_json} gives no build_config.max_batch_size: rebuild the engine (notebook 01_build_engine)")
+
+
+def in_batches(items: Sequence[Any], size: int) -> list[list[Any]]:
+    """``items`` in order, cut into lists of at most ``size``."""
+    if size < 1:
+        raise ValueError(f"batch size must be positive, got {size}")
+    return [list(items[i:i + size]) for i in range(0, len(items), size)]
+
+
+def trtllm_runner_class(use_py_session: bool) -> tuple[type, str]:
+    """``ModelRunnerCpp`` unless asked for the Python session or the C++ bindings are missing
+    (TensorRT-LLM@v0.17.0:examples/run.py falls back the same way, on ``PYTHON_BINDINGS``)."""
+    import tensorrt_llm.runtime as runtime  # noqa: PLC0415 - only inside the NGC container
+
+    if not use_py_session and not getattr(runtime, "PYTHON_BINDINGS", False):
+        print("warning: TensorRT-LLM's C++ bindings are unavailable; using the Python session (ModelRunner)",
+              file=sys.stderr)
+        use_py_session = True
+    if use_py_session:
+        return runtime.ModelRunner, "ModelRunner"
+    return runtime.ModelRunnerCpp, "ModelRunnerCpp"
+
+
+def trtllm_runner_kwargs(config: dict[str, Any], use_py_session: bool, rank: int, max_batch_size: int,
+                         max_input_len: int, max_output_len: int) -> dict[str, Any]:
+    """``from_dir`` keyword arguments, as TensorRT-LLM@v0.17.0:examples/run.py passes them.
+
+    Both runners take ``engine_dir`` and ``rank`` (tensorrt_llm/runtime/model_runner.py and
+    model_runner_cpp.py, ``from_dir``); only ``ModelRunnerCpp.from_dir`` sizes the executor with
+    ``max_batch_size``, ``max_input_len``, ``max_output_len`` and ``max_beam_width`` (each at most
+    the engine's own limit).
+    """
+    kwargs: dict[str, Any] = {"engine_dir": str(config["engine_dir"]), "rank": rank}
+    if not use_py_session:
+        kwargs |= {"max_batch_size": max_batch_size, "max_input_len": max_input_len,
+                   "max_output_len": max_output_len, "max_beam_width": 1}
+    return kwargs
+
+
+def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: int, ignore_eos: bool,
+                    use_py_session: bool = False) -> tuple[list[dict], str]:
+    """Greedy generation with TensorRT-LLM's runtime (inside the NGC container only).
+
+    Returns the results in prompt order and the runner's class name. Prompts go to ``generate`` in
+    batches of at most the engine's ``max_batch_size``: a larger batch is refused
+    (``ModelRunnerMixin._check_inputs`` in TensorRT-LLM@v0.17.0:tensorrt_llm/runtime/model_runner.py).
+    """
+    if int(config.get("tp_size", 1)) * int(config.get("pp_size", 1)) != 1:
+        raise RunError("run.py runs one process: for a multi-GPU engine use mpirun with TensorRT-LLM's examples/run.py")
+    import tensorrt_llm  # noqa: PLC0415 - only inside the NGC container
+    import torch  # noqa: PLC0415
+
+    runner_cls, runtime_name = trtllm_runner_class(use_py_session)
+    use_py_session = runtime_name == "ModelRunner"
+    tokenizer = load_tokenizer(config)
+    encoded = [torch.tensor(tokenizer(p)["input_ids"], dtype=torch.int32) for p in prompts]
+    batch_size = min(engine_max_batch_size(config), len(prompts))
+    runner = runner_cls.from_dir(**trtllm_runner_kwargs(
+        config, use_py_session, rank=tensorrt_llm.mpi_rank(), max_batch_size=batch_size,
+        max_input_len=max(int(ids.size(0)) for ids in encoded), max_output_len=max_output_len))
     end_id = -1 if ignore_eos else tokenizer.eos_token_id
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    out = runner.generate(batch, max_new_tokens=max_output_len, end_id=end_id, pad_id=pad_id,
-                          temperature=1.0, top_k=1, num_beams=1, return_dict=True)
-    torch.cuda.synchronize()
     results = []
-    for i, prompt_ids in enumerate(batch):
-        length = int(out["sequence_lengths"][i][0])
-        new_ids = out["output_ids"][i][0][len(prompt_ids):length].tolist()
-        results.append({
-            "input_text": prompts[i],
-            "input_ids": prompt_ids.tolist(),
-            "output_ids": new_ids,
-            "output_text": tokenizer.decode(new_ids, skip_special_tokens=True),
-            "finish_reason": "length" if len(new_ids) >= max_output_len else "stop",
-        })
-    return results
+    for batch_prompts, batch in zip(in_batches(prompts, batch_size), in_batches(encoded, batch_size)):
+        with torch.no_grad():
+            # The keyword arguments of TensorRT-LLM@v0.17.0:examples/run.py's runner.generate call; the
+            # result holds "sequence_lengths" only with output_sequence_lengths=True (both runners).
+            out = runner.generate(batch_input_ids=batch, max_new_tokens=max_output_len, end_id=end_id,
+                                  pad_id=pad_id, temperature=1.0, top_k=1, top_p=0.0, num_beams=1,
+                                  output_sequence_lengths=True, return_dict=True)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        for i, prompt_ids in enumerate(batch):
+            # output_ids[i][beam] holds the prompt, then the new tokens up to sequence_lengths[i][beam]
+            length = int(out["sequence_lengths"][i][0])
+            new_ids = out["output_ids"][i][0][int(prompt_ids.size(0)):length].tolist()
+            results.append({
+                "input_text": batch_prompts[i],
+                "input_ids": prompt_ids.tolist(),
+                "output_ids": new_ids,
+                "output_text": tokenizer.decode(new_ids, skip_special_tokens=True),
+                "finish_reason": "length" if len(new_ids) >= max_output_len else "stop",
+            })
+    return results, runtime_name
 
 
-def run(args: argparse.Namespace) -> list[dict]:
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The reference: settings, the tokenizer's ``bos_token_id`` and one result per prompt, in order."""
     config = validate(args)
-    generate = generate_vllm if config["engine"] == "vllm" else generate_trtllm
-    return generate(config, list(args.input_text), args.max_output_len, args.ignore_eos)
+    prompts = list(args.input_text)
+    if config["engine"] == "vllm":
+        results, runtime = generate_vllm(config, prompts, args.max_output_len, args.ignore_eos), "vllm.LLM"
+    else:
+        results, runtime = generate_trtllm(config, prompts, args.max_output_len, args.ignore_eos,
+                                           use_py_session=args.use_py_session)
+    return {"max_output_len": args.max_output_len, "engine": config["engine"], "runtime": runtime,
+            "bos_token_id": load_tokenizer(config).bos_token_id, "results": results}
 
 
 # -- helpers for notebooks: run.py as a command, the way a reader runs it in a terminal -------------
@@ -157,16 +250,16 @@ def run_cli(cmd: Sequence[str], timeout: float = 600) -> subprocess.CompletedPro
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        results = run(args)
+        reference = run(args)
     except (RunError, EngineConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    for i, r in enumerate(results):
+    for i, r in enumerate(reference["results"]):
         print(f'Input [Text {i}]: "{r["input_text"]}"')
         print(f'Output [Text {i} Beam 0]: "{r["output_text"]}"')
     if args.output_json:
         Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output_json).write_text(json.dumps({"max_output_len": args.max_output_len, "results": results}, indent=2) + "\n")
+        Path(args.output_json).write_text(json.dumps(reference, indent=2) + "\n")
     return 0
 
 

@@ -105,3 +105,18 @@ def test_cli_reports_errors_without_traceback(build_root, monkeypatch, capsys):
     assert engine.main(["--profile", "gpu-trtllm"]) == 2
     assert capsys.readouterr().err.startswith("error: tensorrt_llm is not importable")
     assert engine.main(["--profile", "nope"]) == 2
+
+
+def test_gpu_build_without_the_examples_says_where_to_get_them(build_root, monkeypatch, tmp_path):
+    """The NGC image has no TensorRT-LLM examples/ (server@r25.02:build.py): the error names the clone."""
+    model = tmp_path / "llama"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    monkeypatch.setenv("LLAMA_MODEL_DIR", str(model))
+    monkeypatch.setenv("TRTLLM_EXAMPLES_DIR", str(tmp_path / "no-examples"))
+    monkeypatch.setattr(engine, "tensorrt_llm_available", lambda: True)
+    ran = []
+    monkeypatch.setattr(engine.subprocess, "run", lambda *a, **k: ran.append(a))
+    with pytest.raises(EngineConfigError, match=r"convert_checkpoint.py is missing.*--branch v0.17.0.*TRTLLM_EXAMPLES_DIR"):
+        engine.build_engine(load_profile("gpu-trtllm"))
+    assert ran == []

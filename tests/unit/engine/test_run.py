@@ -88,8 +88,18 @@ def test_main_writes_reference_json(engine_dir, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(run, "generate_vllm", lambda config, prompts, n, ignore_eos: fake)
     out = tmp_path / "ref" / "r.json"
     assert run.main(["--engine_dir", str(engine_dir), "--output_json", str(out), "--input_text", "Hi"]) == 0
-    assert json.loads(out.read_text()) == {"max_output_len": 32, "results": fake}
+    bos = run.load_tokenizer(engine.read_engine_config(engine_dir)).bos_token_id
+    assert json.loads(out.read_text()) == {"max_output_len": 32, "engine": "vllm", "runtime": "vllm.LLM",
+                                           "bos_token_id": bos, "results": fake}
     assert capsys.readouterr().out == 'Input [Text 0]: "Hi"\nOutput [Text 0 Beam 0]: " there"\n'
+
+
+def test_use_py_session_is_accepted_and_ignored_by_vllm(engine_dir, monkeypatch, tmp_path):
+    seen = []
+    monkeypatch.setattr(run, "generate_vllm", lambda config, prompts, n, ignore_eos: seen.append(prompts) or [])
+    out = tmp_path / "r.json"
+    assert run.main(["--engine_dir", str(engine_dir), "--use_py_session", "--output_json", str(out), "--input_text", "Hi"]) == 0
+    assert seen == [["Hi"]] and json.loads(out.read_text())["runtime"] == "vllm.LLM"
 
 
 def test_cli_command_and_display(tmp_path):

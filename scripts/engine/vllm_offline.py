@@ -1,0 +1,50 @@
+"""vLLM's offline ``LLM.generate``, greedy, in one place: ``run.py`` (the reference) and
+``scripts.bench.triton`` (the throughput baseline) both call :func:`generate`.
+
+The engine is created from the engine directory's ``engine_config.json`` (dtype, ``max_model_len``,
+seed ...), so both callers run the very engine that Triton's ``vllm_engine`` model runs. Only the
+``generate`` call is timed: creating the engine (loading weights, sizing the KV cache) and the
+optional warm-up are outside ``generate_s``.
+
+vLLM must be created under a ``__main__`` guard or in a child process; both callers do that.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from scripts.engine.config import vllm_engine_kwargs, vllm_environment
+
+
+@dataclass
+class OfflineRun:
+    """What one offline run gave: vLLM's ``RequestOutput`` list, in prompt order, and its time."""
+
+    outputs: list[Any]
+    generate_s: float
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(o.outputs[0].token_ids) for o in self.outputs)
+
+
+def generate(config: dict[str, Any], prompts: Sequence[str], max_tokens: int, *, ignore_eos: bool = False,
+             warmup_prompts: int = 0, clock: Callable[[], float] = time.perf_counter) -> OfflineRun:
+    """Greedy generation of ``max_tokens`` new tokens per prompt with a fresh ``vllm.LLM``.
+
+    ``warmup_prompts``: run that many of the prompts once before the timed call (first-call
+    overheads stay out of the measurement). ``ignore_eos``: never stop early (benchmarks).
+    """
+    os.environ.update(vllm_environment(config))
+    from vllm import LLM, SamplingParams  # noqa: PLC0415 - after the environment above
+
+    llm = LLM(**vllm_engine_kwargs(config))
+    params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=ignore_eos)
+    prompts = list(prompts)
+    if warmup_prompts:
+        llm.generate(prompts[:warmup_prompts], params, use_tqdm=False)
+    start = clock()
+    outputs = llm.generate(prompts, params, use_tqdm=False)
+    return OfflineRun(outputs=list(outputs), generate_s=clock() - start)

