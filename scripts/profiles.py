@@ -9,6 +9,8 @@ from typing import Any
 
 from scripts.paths import PROFILES_FILE, build_dir
 
+BIND_HOST_ENV = "TUTORIAL_BIND_HOST"
+
 
 def available_profiles(path: Path = PROFILES_FILE) -> list[str]:
     with open(path, "rb") as fh:
@@ -51,3 +53,17 @@ def load_profile(name: str = "cpu", path: Path = PROFILES_FILE, root: Path | Non
     if name not in data:
         raise ValueError(f"unknown profile {name!r}: choose one of {sorted(data)} (defined in {path})")
     return Profile(name=name, settings=dict(data[name]), root=(root or build_dir()))
+
+
+def bind_host() -> str:
+    """The address the servers readers reach listen on (Serve's HTTP proxy): ``127.0.0.1``, unless
+    ``$TUTORIAL_BIND_HOST`` says otherwise (``0.0.0.0`` inside a container whose ports are published).
+    Servers that sit behind Serve (Triton) stay on loopback regardless."""
+    import ipaddress  # noqa: PLC0415
+
+    value = os.environ.get(BIND_HOST_ENV, "127.0.0.1").strip()
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{BIND_HOST_ENV}={value!r} is not an IP address: use 127.0.0.1 (default) or 0.0.0.0") from None
+    return value

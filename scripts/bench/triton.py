@@ -67,6 +67,25 @@ def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
     return {"requests": n, "wall_s": run.generate_s, "tok_per_s": run.generated_tokens / run.generate_s}
 
 
+def compare(url: str, engine_dir: str, requests: int = 64, tokens: int = 32, *, model: str = "ensemble",
+            offline: bool = True) -> dict:
+    """Triton's rate on ``requests`` concurrent streams, then (``offline``) the engine's own rate on
+    the same prompts, and their ratio; prints each as it is measured. ``offline`` needs the engine
+    in this environment (vLLM on cpu); without it the result has Triton's side only."""
+    prompts = bench_prompts(requests)
+    bench_triton(url, prompts[:4], tokens, model)  # warm-up
+    triton = bench_triton(url, prompts, tokens, model)
+    print(f"Triton generate_stream: {triton['succeeded']}/{triton['requests']} ok, {triton['tok_per_s']:.0f} output tok/s",
+          flush=True)
+    if not offline:
+        return {"triton": triton, "offline": None, "ratio": None}
+    result = bench_offline(str(engine_dir), prompts, tokens)
+    ratio = triton["tok_per_s"] / result["tok_per_s"]
+    print(f"vLLM offline:           {result['requests']} prompts, {result['tok_per_s']:.0f} output tok/s")
+    print(f"ratio Triton / offline: {ratio:.2f}")
+    return {"triton": triton, "offline": result, "ratio": ratio}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--url", help="Triton HTTP URL (http://127.0.0.1:PORT)")
@@ -81,16 +100,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.url:
         p.error("--url is required")
-    prompts = bench_prompts(args.requests)
-    bench_triton(args.url, prompts[:4], args.tokens, args.model)  # warm-up
-    triton = bench_triton(args.url, prompts, args.tokens, args.model)
-    offline = bench_offline(args.engine_dir, prompts, args.tokens)
-    ratio = triton["tok_per_s"] / offline["tok_per_s"]
-    print(f"Triton generate_stream: {triton['succeeded']}/{triton['requests']} ok, {triton['tok_per_s']:.0f} output tok/s")
-    print(f"vLLM offline:           {offline['requests']} prompts, {offline['tok_per_s']:.0f} output tok/s")
-    print(f"ratio Triton / offline: {ratio:.2f}")
-    print(json.dumps({"triton": triton, "offline": offline, "ratio": ratio}))
-    return 0 if triton["succeeded"] == triton["requests"] else 1
+    result = compare(args.url, args.engine_dir, args.requests, args.tokens, model=args.model)
+    print(json.dumps(result))
+    return 0 if result["triton"]["succeeded"] == result["triton"]["requests"] else 1
 
 
 if __name__ == "__main__":

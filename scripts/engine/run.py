@@ -21,12 +21,13 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from scripts.engine import vllm_offline
 from scripts.engine.config import VLLM_DTYPES, EngineConfigError, read_engine_config
-from scripts.paths import REPO_ROOT, build_dir, reference_path
+from scripts.paths import REPO_ROOT
 
 
 class RunError(ValueError):
@@ -245,6 +246,18 @@ def show_command(cmd: Sequence[str]) -> str:
 def run_cli(cmd: Sequence[str], timeout: float = 600) -> subprocess.CompletedProcess:
     """Run a command from the repository root, capturing its output (engine logs stay out of the notebook)."""
     return subprocess.run(list(cmd), cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+def run_and_show(cmd: Sequence[str], timeout: float = 600) -> tuple[subprocess.CompletedProcess, float]:
+    """Run a command as :func:`run_cli` does and print what it printed (with the tail of its error
+    output when it fails); returns the process and the seconds it took, start-up included."""
+    start = time.monotonic()
+    proc = run_cli(cmd, timeout)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        print(proc.stderr[-3000:])
+    print(proc.stdout)
+    return proc, elapsed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,8 @@
 """A local Ray cluster with Serve, for notebooks: started on 127.0.0.1, stopped with a check.
 
+Serve's HTTP proxy binds to :func:`scripts.profiles.bind_host` (127.0.0.1 unless
+``$TUTORIAL_BIND_HOST`` says otherwise, as inside the GPU container).
+
 Notebooks 05 and 06 each start a cluster of their own (``ray.init(address="local")``: never one
 that happens to be running on the machine), with Serve's HTTP proxy on a free port of 127.0.0.1.
 :meth:`LocalCluster.stop` shuts Serve and Ray down and returns the Ray processes still alive
@@ -20,6 +23,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from scripts.profiles import bind_host
 from scripts.triton.process_guard import still_running
 from scripts.triton.server import free_port
 
@@ -67,7 +71,7 @@ class LocalCluster:
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://127.0.0.1:{self.port}"  # reachable from inside, whichever address Serve binds
 
     def start(self) -> "LocalCluster":
         import ray  # noqa: PLC0415
@@ -90,7 +94,7 @@ class LocalCluster:
                 os.environ["RAY_OVERRIDE_RESOURCES"] = previous
         self.pids = ray_process_ids()
         self.port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": self.port})
+        serve.start(http_options={"host": bind_host(), "port": self.port})
         quiet_ray_logging()  # serve.start configures its logger again
         return self
 

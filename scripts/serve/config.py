@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from scripts.paths import SERVE_CONFIG_DIR, triton_repo_dir
-from scripts.profiles import Profile, available_profiles, load_profile
+from scripts.profiles import Profile, available_profiles, bind_host, load_profile
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 
 APP_NAME = "llm"
@@ -65,7 +65,7 @@ def app_config(profile: Profile, http_port: int = 8000) -> dict[str, Any]:
     """The ``serve build``-style config of the application (what ``serve deploy`` takes)."""
     return {
         "proxy_location": "EveryNode",
-        "http_options": {"host": "127.0.0.1", "port": http_port},
+        "http_options": {"host": bind_host(), "port": http_port},
         "applications": [{
             "name": APP_NAME,
             "route_prefix": "/",

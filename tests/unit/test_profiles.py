@@ -1,7 +1,6 @@
 import pytest
 
 from scripts.paths import REPO_ROOT, build_dir
-
 from scripts.profiles import available_profiles, load_profile
 
 
@@ -34,3 +33,15 @@ def test_unknown_profile_lists_known_ones():
 def test_unknown_setting_names_the_file():
     with pytest.raises(KeyError, match="has no setting 'nope'.*profiles.toml"):
         load_profile("cpu")["nope"]
+
+
+def test_bind_host_defaults_to_loopback_and_refuses_a_name(monkeypatch):
+    from scripts.profiles import bind_host
+
+    monkeypatch.delenv("TUTORIAL_BIND_HOST", raising=False)
+    assert bind_host() == "127.0.0.1"
+    monkeypatch.setenv("TUTORIAL_BIND_HOST", "0.0.0.0")
+    assert bind_host() == "0.0.0.0"
+    monkeypatch.setenv("TUTORIAL_BIND_HOST", "localhost")
+    with pytest.raises(ValueError, match="not an IP address"):
+        bind_host()

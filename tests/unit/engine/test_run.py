@@ -111,5 +111,8 @@ def test_cli_command_and_display(tmp_path):
     assert shown.startswith("python -m scripts.engine.run --engine_dir ") and shown.endswith("--input_text 'a b' c")
 
 
-def test_reference_path_under_build(build_root):
-    assert run.reference_path() == build_root / "reference" / "greedy_reference.json"
+def test_run_and_show_prints_output_and_the_error_tail(capsys):
+    proc, elapsed = run.run_and_show([sys.executable, "-c", "print('made it')"], timeout=30)
+    assert proc.returncode == 0 and elapsed > 0 and "made it" in capsys.readouterr().out
+    proc, _ = run.run_and_show([sys.executable, "-c", "import sys; sys.exit('what went wrong')"], timeout=30)
+    assert proc.returncode == 1 and "what went wrong" in capsys.readouterr().out

@@ -16,7 +16,7 @@ from scripts.engine.config import write_engine_config
 from scripts.model.checkpoint import prepare_model
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
-from scripts.triton.client import engine_model_request, generated_ids, tritonclient_args
+from scripts.triton.engine_request import engine_model_request, generated_ids, tritonclient_args
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 from scripts.triton.server import TritonServer
 

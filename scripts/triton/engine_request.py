@@ -1,0 +1,146 @@
+"""The engine model called directly, token ids in and out (notebook 04, section 4).
+
+Clients normally call the ensemble; calling the engine model itself (``tensorrt_llm`` or
+``vllm_engine``) is how a reader checks the engine's ids against ``run.py``'s. The request is built
+from the engine model's own ``config.pbtxt``, because the two engines answer differently: the
+TensorRT-LLM backend must be asked for ``sequence_length`` together with ``output_ids`` and returns
+the prompt before the generated tokens unless ``exclude_input_in_output`` is set; the cpu engine
+returns the generated tokens only. :func:`generated_ids` reads either.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ENGINE_OUTPUTS = ("output_ids", "sequence_length")
+#: NumPy dtypes of the config data types an engine model's inputs use.
+NUMPY_DTYPES = {"TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT64": np.uint64, "TYPE_FP32": np.float32,
+                "TYPE_BOOL": np.bool_}
+
+
+@dataclass(frozen=True)
+class EngineModelRequest:
+    """One request to an engine model (``tensorrt_llm`` or ``vllm_engine``), built from its config."""
+
+    model_name: str
+    inputs: dict[str, np.ndarray]  # name -> the array to send, batch dimension first
+    outputs: tuple[str, ...]  # the outputs to request
+    prompt_length: int
+    # Whether beam 0 of output_ids starts with the prompt: TensorRT-LLM answers a request that is not
+    # streamed with prompt + generated tokens unless exclude_input_in_output is true.
+    output_includes_prompt: bool
+
+
+def _backend_bool(value: str) -> bool | None:
+    """A parameter as TensorRT-LLM's backend reads a bool (tensorrtllm_backend@v0.17.0:
+    inflight_batcher_llm/src/model_state.cc, GetParameter<bool>); None where it would not parse."""
+    if value in ("True", "true", "TRUE", "1"):
+        return True
+    if value in ("False", "false", "FALSE", "0"):
+        return False
+    return None
+
+
+def engine_model_request(model_repository: str | Path, prompt_ids: list[int], max_tokens: int, *,
+                         model_name: str | None = None, streaming: bool = False) -> EngineModelRequest:
+    """The request that sends ``prompt_ids`` straight to the engine model of a filled repository.
+
+    Names, data types and shapes come from the engine model's ``config.pbtxt``: every input it
+    requires must be one this request fills (``input_ids``, ``input_lengths``,
+    ``request_output_len``; ``streaming`` too when asked), each shaped ``[1, *dims]`` (a batch of
+    one) with its ``-1`` filled by the prompt's length. ``model_name`` defaults to the engine step of
+    the repository's ensemble. Send ``inputs`` and ask for ``outputs`` (:func:`tritonclient_args`),
+    then read the answer with :func:`generated_ids`.
+
+    TensorRT-LLM's backend takes the prompt as the whole ``input_ids`` row of a batch of one: it
+    cuts rows to ``input_lengths`` only in batches of several (tensorrtllm_backend@v0.17.0:
+    inflight_batcher_llm/src/utils.cc, splitBatchInputsTensors), so no padding is sent.
+    """
+    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
+
+    from scripts.triton.repository.fill import read_model_config, repository_facts  # noqa: PLC0415
+
+    repo = Path(model_repository)
+    model_name = model_name or repository_facts(repo).engine_model
+    config = read_model_config(repo, model_name)
+    prompt = [int(t) for t in prompt_ids]
+    if not prompt:
+        raise ValueError("prompt_ids is empty: send at least one token")
+    if int(max_tokens) <= 0:
+        raise ValueError(f"max_tokens must be a positive number of tokens, got {max_tokens}")
+    if streaming and not config.model_transaction_policy.decoupled:
+        # TensorRT-LLM: "Streaming is only supported if model is deployed using decoupled mode."
+        # (tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/utils.cc, createRequestsFromInputTensors)
+        raise ValueError(f"{model_name} is not decoupled, so it cannot stream: fill the repository with "
+                         "decoupled_mode true")
+    values: dict[str, list] = {"input_ids": prompt, "input_lengths": [len(prompt)], "request_output_len": [int(max_tokens)]}
+    if streaming:
+        values["streaming"] = [True]
+    declared = {tensor.name: tensor for tensor in config.input}
+    inputs: dict[str, np.ndarray] = {}
+    for name, tensor in declared.items():
+        if name not in values:
+            if not tensor.optional:
+                raise ValueError(f"{model_name} requires input {name!r}, which a direct engine request does not fill")
+            continue
+        dtype_name = model_config_pb2.DataType.Name(tensor.data_type)
+        if dtype_name not in NUMPY_DTYPES:
+            raise ValueError(f"{model_name} input {name!r} is {dtype_name}, not a type this request sends")
+        dims = [len(values[name]) if d == -1 else int(d) for d in tensor.dims]
+        shape = ([1] if config.max_batch_size > 0 else []) + dims
+        if int(np.prod(shape)) != len(values[name]):
+            raise ValueError(f"{model_name} input {name!r} has dims {list(tensor.dims)}: it cannot hold {len(values[name])} values")
+        inputs[name] = np.array(values[name], dtype=NUMPY_DTYPES[dtype_name]).reshape(shape)
+    missing = sorted(set(values) - set(inputs))
+    if missing:
+        raise ValueError(f"{model_name} declares no input {', '.join(map(repr, missing))}")
+    outputs = {tensor.name for tensor in config.output}
+    needed = ENGINE_OUTPUTS if config.backend == "tensorrtllm" else ENGINE_OUTPUTS[:1]
+    absent = [name for name in needed if name not in outputs]
+    if absent:
+        raise ValueError(f"{model_name} declares no output {', '.join(map(repr, absent))}, which this request needs")
+    includes_prompt = False
+    if config.backend == "tensorrtllm" and not streaming:
+        # Not streamed, TensorRT-LLM returns prompt + generated tokens per beam unless
+        # exclude_input_in_output is true (default false, also when the value does not parse:
+        # tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/model_instance_state.cc; what the
+        # executor puts in a result: NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/llmRequest.cpp,
+        # LlmRequest::createResult, read at a later commit than v0.17.0). Streamed, each response holds
+        # only the tokens that are new since the previous one, whatever that parameter says.
+        exclude = config.parameters["exclude_input_in_output"].string_value if "exclude_input_in_output" in config.parameters else ""
+        includes_prompt = not _backend_bool(exclude)
+    return EngineModelRequest(model_name, inputs, tuple(name for name in ENGINE_OUTPUTS if name in outputs),
+                              len(prompt), includes_prompt)
+
+
+def generated_ids(request: EngineModelRequest, outputs: dict[str, np.ndarray]) -> list[int]:
+    """The generated token ids of one engine response (beam 0), without the prompt.
+
+    ``output_ids`` is ``[1, beams, tokens]``, padded past each beam's ``sequence_length``
+    (tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/model_instance_state.cc,
+    fillTritonResponse); where the request says the prompt comes first, it is cut off. The cpu
+    engine model returns the generated ids alone. A streamed answer is the concatenation of what
+    this returns for each of its responses.
+    """
+    ids = np.asarray(outputs["output_ids"])
+    beam = ids.reshape(-1, ids.shape[-1])[0] if ids.size else np.zeros(0, dtype=np.int32)
+    if outputs.get("sequence_length") is not None:
+        beam = beam[: int(np.asarray(outputs["sequence_length"]).reshape(-1)[0])]
+    if request.output_includes_prompt:
+        beam = beam[request.prompt_length:]
+    return [int(t) for t in beam]
+
+
+def tritonclient_args(request: EngineModelRequest, client_module) -> tuple[list, list]:
+    """``(inputs, outputs)`` for ``client.infer(request.model_name, inputs, outputs=outputs)`` with
+    ``tritonclient.http`` or ``tritonclient.grpc`` (``client_module``)."""
+    from tritonclient.utils import np_to_triton_dtype  # noqa: PLC0415
+
+    inputs = []
+    for name, array in request.inputs.items():
+        tensor = client_module.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    return inputs, [client_module.InferRequestedOutput(name) for name in request.outputs]

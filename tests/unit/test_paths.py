@@ -1,0 +1,22 @@
+"""scripts.paths: every build path lives under the one build directory, wherever that is."""
+from scripts import paths
+
+
+def test_every_build_path_is_under_the_build_dir(build_root):
+    made = [paths.triton_repo_dir("cpu"), paths.reference_path(), paths.results_path("00_x"),
+            paths.triton_backend_dir(), paths.triton_log_path(8000), paths.executed_dir("cpu")]
+    assert all(p.is_relative_to(build_root) for p in made), made
+    assert len(set(made)) == len(made)
+    assert paths.reference_path() == build_root / "reference" / "greedy_reference.json"
+
+
+def test_sources_are_in_the_repository():
+    for source in (paths.PROFILES_FILE, paths.SERVE_CONFIG_DIR, paths.TEMPLATE_DIR, paths.NOTEBOOK_DIR,
+                   paths.PYTHON_BASED_BACKENDS):
+        assert source.exists() and source.is_relative_to(paths.REPO_ROOT), source
+    assert (paths.PYTHON_BASED_BACKENDS / "vllm" / "model.py").is_file()
+
+
+def test_shown_writes_machine_paths_the_same_everywhere(build_root):
+    text = f"{build_root}/engine and {paths.REPO_ROOT}/env/profiles.toml"
+    assert paths.shown(text) == "build/engine and env/profiles.toml"
