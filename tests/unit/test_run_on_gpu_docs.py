@@ -26,15 +26,16 @@ def docker_run_in(text: str, comment: str = "") -> list[str]:
 @pytest.fixture(scope="module")
 def commands():
     return {"Dockerfile": docker_run_in((REPO_ROOT / "Dockerfile").read_text(), comment="#"),
-            "docs": docker_run_in(DOCS.read_text())}
+            "docs": docker_run_in(DOCS.read_text()),
+            "README": docker_run_in((REPO_ROOT / "README.md").read_text())}
 
 
 def has(words, *flag):
     return any(words[i:i + len(flag)] == list(flag) for i in range(len(words)))
 
 
-def test_dockerfile_and_docs_give_the_same_command(commands):
-    assert commands["Dockerfile"] == commands["docs"]
+def test_dockerfile_readme_and_docs_give_the_same_command(commands):
+    assert commands["Dockerfile"] == commands["docs"] == commands["README"]
 
 
 def test_the_command_has_what_the_container_needs(commands):
