@@ -19,10 +19,10 @@ from __future__ import annotations
 import json
 import logging
 import os
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from scripts.lab import quiet_widget_notices
 from scripts.profiles import bind_host
 from scripts.triton.process_guard import still_running
 from scripts.triton.server import free_port
@@ -33,10 +33,7 @@ QUIET_LOGGERS = ("ray", "ray.serve", "ray.data", "ray.train", "ray.tune")
 
 def quiet_ray_logging() -> None:
     """Ray and Serve log to the notebook at INFO; keep errors only (their logs stay in /tmp/ray)."""
-    from tqdm import TqdmWarning  # noqa: PLC0415
-
-    warnings.filterwarnings("ignore", category=TqdmWarning)  # no ipywidgets in the kernel: plain bars
-    logging.getLogger("ray.widgets.util").setLevel(logging.ERROR)  # ... and no "Missing packages" notice
+    quiet_widget_notices()
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
 
