@@ -11,7 +11,6 @@ Command line: ``tutorial-make-tiny-llama OUTPUT_DIR``.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import random
 import warnings
@@ -179,13 +178,6 @@ def make_tiny_llama(output_dir: str | Path, spec: TinyLlamaSpec = TinyLlamaSpec(
         "size_bytes": sum((output_dir / f).stat().st_size for f in files),
         "files": files,
     }
-
-
-def tokenizer_fingerprint(model_dir: str | Path) -> str:
-    """SHA-256 of the saved vocabulary and merges: equal fingerprints mean equal tokenizers."""
-    data = json.loads((Path(model_dir) / "tokenizer.json").read_text())
-    canon = json.dumps({"vocab": data["model"]["vocab"], "merges": data["model"]["merges"]}, sort_keys=True)
-    return hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
 def greedy_hf(model_dir: str | Path, prompt: str, max_new_tokens: int = 32) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 import requests
 
 from scripts import envcheck
-from scripts.triton.process_guard import live_group_members, stop_group
+from scripts.triton.process_guard import live_group_members, shm_segments, stop_group
 from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
 
 
@@ -238,7 +238,7 @@ class TritonServer:
         raise TritonStartError(f"tritonserver was not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}")
 
     def leftover_shm(self) -> list[Path]:
-        return sorted(Path("/dev/shm").glob(f"{self.command.shm_prefix}*"))
+        return shm_segments(self.command.shm_prefix)
 
     def group_members(self) -> list[int]:
         """Live (non-zombie) processes of the server's process group: stubs, engine processes."""

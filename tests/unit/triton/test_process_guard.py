@@ -92,3 +92,29 @@ def test_triton_server_killed_owner_leaves_nothing(tmp_path, build_root):
     pid, prefix = out.stdout.split()
     assert wait_for(lambda: not ts.live_group_members(int(pid)), timeout_s=60)
     assert not list(Path("/dev/shm").glob(f"{prefix}*"))
+
+
+def test_shm_segments_matches_prefixes_only(tmp_path):
+    import uuid
+
+    prefix = f"tutorial-test-{uuid.uuid4().hex[:8]}-"
+    made = [Path("/dev/shm") / f"{prefix}{i}" for i in range(2)]
+    for path in made:
+        path.write_bytes(b"x")
+    try:
+        assert pg.shm_segments(prefix) == sorted(made)
+        assert pg.shm_segments("", prefix + "1") == [made[1]]  # an empty prefix matches nothing
+        assert pg.shm_segments() == []
+    finally:
+        for path in made:
+            path.unlink(missing_ok=True)
+
+
+def test_still_running_waits_for_an_exiting_process():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    try:
+        assert pg.still_running([child.pid], timeout_s=0) == [child.pid]
+        assert pg.still_running([child.pid], timeout_s=10) == []  # exited: a zombie until reaped counts as gone
+        assert child.wait(10) == 0
+    finally:
+        child.kill()
