@@ -1,0 +1,14 @@
+"""scripts.lab.ok_app: a deployment whose options are the only thing that varies."""
+from scripts.lab.ok_app import Ok
+from scripts.lab.serve_state import deployment_options
+
+
+def test_ok_answers_ok():
+    assert Ok.func_or_class()(request=None) == "ok"
+
+
+def test_the_options_of_a_config_dict_reach_the_deployment():
+    dep = {"name": "Picky", "num_replicas": 2, "ray_actor_options": {"num_gpus": 0.5, "accelerator_type": "A100"}}
+    shaped = Ok.options(**deployment_options(dep))
+    assert shaped.name == "Picky" and shaped.num_replicas == 2
+    assert shaped.ray_actor_options["num_gpus"] == 0.5 and shaped.ray_actor_options["accelerator_type"] == "A100"
