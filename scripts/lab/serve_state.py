@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from scripts.triton.process_guard import still_running
 
 #: Keys of a deployment dict that map onto ``Deployment.options``.
 DEPLOYMENT_KEYS = ("name", "num_replicas", "autoscaling_config", "ray_actor_options", "max_replicas_per_node",
@@ -279,8 +278,3 @@ def deploy(deployment_cls: Any, app: str, deployment: Mapping[str, Any], *, rout
 
     bound = deployment_cls.options(**deployment_options(deployment)).bind()
     serve._run(bound, name=app, route_prefix=route_prefix or f"/{app}", _blocking=False)
-
-
-def alive(pids: Iterable[int], timeout_s: float = 10.0) -> list[int]:
-    """Those of ``pids`` still running (zombies count as gone) after waiting up to ``timeout_s``."""
-    return still_running(list(pids), timeout_s)
