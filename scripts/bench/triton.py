@@ -48,23 +48,36 @@ def bench_triton(url: str, prompts: list[str], tokens: int, model: str = "ensemb
 
 
 def bench_offline(engine_dir: str, prompts: list[str], tokens: int) -> dict:
-    """vLLM offline in a child process (vLLM must be created under a __main__ guard)."""
+    """The engine offline in a child process (vLLM must be created under a __main__ guard; a child
+    also keeps a GPU engine's memory out of this process)."""
     cmd = [sys.executable, "-m", "scripts.bench.triton", "--offline", "--engine_dir", engine_dir,
            "--tokens", str(tokens), "--requests", str(len(prompts))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"offline vLLM run failed:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"offline engine run failed:\n{proc.stderr[-2000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
-    """The child process: vLLM offline on the same prompts; the rate counts ``generate`` only."""
-    from scripts.engine import vllm_offline  # noqa: PLC0415 - the child process only
-    from scripts.engine.config import read_engine_config  # noqa: PLC0415
+    """The child process: the engine offline on the same prompts (vLLM's ``LLM``, or transformers'
+    continuous batching); the rate counts the generation only."""
+    from scripts.engine.config import read_engine_config  # noqa: PLC0415 - the child process only
 
-    run = vllm_offline.generate(read_engine_config(engine_dir), bench_prompts(n), tokens, ignore_eos=True,
-                                warmup_prompts=2)
-    return {"requests": n, "wall_s": run.generate_s, "tok_per_s": run.generated_tokens / run.generate_s}
+    config = read_engine_config(engine_dir)
+    if config["engine"] == "transformers":
+        from transformers import AutoTokenizer  # noqa: PLC0415
+
+        from scripts.engine import transformers_cb  # noqa: PLC0415
+
+        tokenizer = AutoTokenizer.from_pretrained(config.get("tokenizer_dir") or config["model_dir"])
+        ids = [tokenizer(p)["input_ids"] for p in bench_prompts(n)]
+        run = transformers_cb.generate(config, ids, tokens, ignore_eos=True, warmup_prompts=2)
+    else:
+        from scripts.engine import vllm_offline  # noqa: PLC0415
+
+        run = vllm_offline.generate(config, bench_prompts(n), tokens, ignore_eos=True, warmup_prompts=2)
+    return {"requests": n, "engine": config["engine"], "wall_s": run.generate_s,
+            "tok_per_s": run.generated_tokens / run.generate_s}
 
 
 def compare(url: str, engine_dir: str, requests: int = 64, tokens: int = 32, *, model: str = "ensemble",
@@ -81,7 +94,7 @@ def compare(url: str, engine_dir: str, requests: int = 64, tokens: int = 32, *, 
         return {"triton": triton, "offline": None, "ratio": None}
     result = bench_offline(str(engine_dir), prompts, tokens)
     ratio = triton["tok_per_s"] / result["tok_per_s"]
-    print(f"vLLM offline:           {result['requests']} prompts, {result['tok_per_s']:.0f} output tok/s")
+    print(f"{result.get('engine', 'engine')} offline: {result['requests']} prompts, {result['tok_per_s']:.0f} output tok/s")
     print(f"ratio Triton / offline: {ratio:.2f}")
     return {"triton": triton, "offline": result, "ratio": ratio}
 

@@ -4,6 +4,9 @@
 ``max_model_len``, ``max_num_seqs``, KV-cache space, seed) in ``engine_config.json`` inside the
 engine directory; ``run.py``, the Triton model and the Serve app all read that one file.
 
+``gpu-transformers``: transformers' continuous batching needs no compile step either; its settings
+(dtype, ``max_num_seqs``, the KV-cache budget) go into ``engine_config.json`` the same way.
+
 ``gpu-trtllm``: TensorRT-LLM's ``convert_checkpoint.py`` then ``trtllm-build``. The command lines
 are built (and unit-tested) here and run only where ``tensorrt_llm`` is importable.
 
@@ -32,7 +35,7 @@ class EngineConfigError(ValueError):
 
 
 def check_dtype(dtype: str, engine: str) -> str:
-    allowed = VLLM_DTYPES if engine == "vllm" else TRTLLM_DTYPES
+    allowed = TRTLLM_DTYPES if engine == "tensorrt_llm" else VLLM_DTYPES
     if dtype not in allowed:
         raise EngineConfigError(f"dtype {dtype!r} is not supported by {engine}: use one of {', '.join(allowed)}")
     return dtype
@@ -55,6 +58,15 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
             "tensor_parallel_size": int(profile["tensor_parallel_size"]),
             "seed": int(profile["seed"]),
             "enforce_eager": bool(profile.get("enforce_eager", False)),
+        }
+    if profile.engine == "transformers":
+        return common | {
+            "max_num_seqs": int(profile["max_num_seqs"]),
+            "device": profile.get("device", "auto"),
+            "kv_cache_free_gpu_mem_fraction": float(profile["kv_cache_free_gpu_mem_fraction"]),
+            "kv_cache_space_gib": float(profile["kv_cache_space_gib"]),
+            "page_size": int(profile["page_size"]),
+            "seed": int(profile["seed"]),
         }
     if profile.engine == "tensorrt_llm":
         return common | {

@@ -5,8 +5,8 @@ Same command-line shape as TensorRT-LLM's ``examples/run.py``::
     python -m scripts.engine.run --engine_dir build/engine/vllm --tokenizer_dir build/models/tiny-llama \
         --max_output_len 32 --input_text "Ray Serve takes" "Triton loads"
 
-The engine directory's ``engine_config.json`` says which engine runs: vLLM (``cpu`` profile) or
-TensorRT-LLM (``gpu-trtllm``). On TensorRT-LLM the default runtime is ``ModelRunnerCpp``, the C++
+The engine directory's ``engine_config.json`` says which engine runs: vLLM (``cpu`` profile),
+transformers' continuous batching (``gpu-transformers``) or TensorRT-LLM (``gpu-trtllm``). On TensorRT-LLM the default runtime is ``ModelRunnerCpp``, the C++
 runtime (the executor that Triton's ``tensorrtllm`` backend runs too), as in upstream ``run.py``;
 ``--use_py_session`` picks the Python ``ModelRunner``. Greedy fp16 text can differ between the two,
 so the reference comes from the one Triton uses. Decoding is greedy. ``--output_json`` writes prompt
@@ -107,6 +107,25 @@ def generate_vllm(config: dict[str, Any], prompts: list[str], max_output_len: in
         }
         for o in run.outputs
     ]
+
+
+# -- transformers continuous batching (gpu-transformers profile) ------------------------------
+
+def generate_transformers(config: dict[str, Any], prompts: list[str], max_output_len: int, ignore_eos: bool) -> list[dict]:
+    """The engine Triton's ``transformers_engine`` runs, fed one prompt at a time as the notebooks' clients
+    send them: in bf16 a batch of other shapes rounds differently, and greedy text can follow."""
+    from scripts.engine import transformers_cb  # noqa: PLC0415 - heavy
+
+    tokenizer = load_tokenizer(config)
+    encoded = [tokenizer(p)["input_ids"] for p in prompts]
+    run = transformers_cb.generate(config, encoded, max_output_len, ignore_eos=ignore_eos, one_at_a_time=True)
+    results = []
+    for prompt, ids, out in zip(prompts, encoded, run.outputs):
+        new_ids = list(out.generated_tokens)
+        results.append({"input_text": prompt, "input_ids": list(ids), "output_ids": new_ids,
+                        "output_text": tokenizer.decode(new_ids, skip_special_tokens=True),
+                        "finish_reason": "length" if len(new_ids) >= max_output_len else "stop"})
+    return results
 
 
 # -- TensorRT-LLM (gpu-trtllm profile) ------------------------------------------------------
@@ -218,6 +237,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prompts = list(args.input_text)
     if config["engine"] == "vllm":
         results, runtime = generate_vllm(config, prompts, args.max_output_len, args.ignore_eos), "vllm.LLM"
+    elif config["engine"] == "transformers":
+        results = generate_transformers(config, prompts, args.max_output_len, args.ignore_eos)
+        runtime = "transformers continuous batching"
     else:
         results, runtime = generate_trtllm(config, prompts, args.max_output_len, args.ignore_eos,
                                            use_py_session=args.use_py_session)

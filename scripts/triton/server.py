@@ -11,7 +11,7 @@ Command line (runs until Ctrl-C, then stops the server and everything it started
 
 The ``cpu`` profile runs the binary shipped in the nvidia-pytriton wheel with a backend directory
 assembled under the build directory: the Python backend, the stub built for this interpreter,
-and this repository's Python-based ``vllm`` backend. ``gpu-trtllm`` runs the NGC container's
+and this repository's Python-based backends (``vllm``, ``transformers``). ``gpu-trtllm`` runs the NGC container's
 ``/opt/tritonserver`` (with ``mpirun`` only when ``--world_size`` > 1, as TensorRT-LLM needs).
 """
 from __future__ import annotations
@@ -48,7 +48,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def prepare_backend_dir(dest: Path | None = None) -> Path:
-    """A backend directory for the wheel's server: Python backend + this interpreter's stub + ``vllm``."""
+    """A backend directory for the wheel's server: Python backend + this interpreter's stub + this
+    repository's Python-based backends (``vllm``, ``transformers``)."""
     dest = dest or triton_backend_dir()
     python_dir = dest / "python"
     python_dir.mkdir(parents=True, exist_ok=True)

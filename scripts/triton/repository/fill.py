@@ -13,7 +13,7 @@ from scripts.profiles import Profile
 from scripts.triton.backend.steps import is_true
 
 COMMON_MODELS = ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls")
-ENGINE_MODEL = {"vllm": "vllm_engine", "tensorrt_llm": "tensorrt_llm"}
+ENGINE_MODEL = {"vllm": "vllm_engine", "tensorrt_llm": "tensorrt_llm", "transformers": "transformers_engine"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,9 @@ class RepoSettings:
     postprocessing_instance_count: int = 1
     engine_instance_count: int = 1
     bls_instance_count: int = 1
+    # transformers_engine: KIND_GPU or KIND_CPU; None takes it from the engine config (KIND_CPU when its
+    # device is "cpu", else KIND_GPU)
+    engine_instance_kind: str | None = None
     # tensorrt_llm parameters, as the v0.17.0 backend reads them (model_repository/tensorrt_llm/config.pbtxt):
     batching_strategy: str = "inflight_fused_batching"  # -> gpt_model_type
     batch_scheduler_policy: str = "guaranteed_no_evict"
@@ -77,9 +80,18 @@ def template_values(engine_config: dict[str, Any], s: RepoSettings) -> dict[str,
         values[engine] |= {"max_queue_size": s.max_queue_size, "batching_strategy": s.batching_strategy,
                            "batch_scheduler_policy": s.batch_scheduler_policy,
                            "kv_cache_free_gpu_mem_fraction": s.kv_cache_free_gpu_mem_fraction}
+    elif engine == "transformers_engine":
+        values[engine]["engine_instance_kind"] = instance_kind(engine_config, s)
     else:
         values["vllm_model"] = {"engine_instance_count": s.engine_instance_count}
     return values
+
+
+def instance_kind(engine_config: dict[str, Any], s: RepoSettings) -> str:
+    kind = s.engine_instance_kind or ("KIND_CPU" if engine_config.get("device") == "cpu" else "KIND_GPU")
+    if kind not in ("KIND_GPU", "KIND_CPU"):
+        raise ValueError(f"engine_instance_kind must be KIND_GPU or KIND_CPU, got {kind!r}")
+    return kind
 
 
 def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), output_dir: Path | None = None) -> dict[str, Any]:

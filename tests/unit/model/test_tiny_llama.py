@@ -72,3 +72,25 @@ def test_prepare_model_for_gpu_profile_describes_local_checkpoint(build_root, mo
     monkeypatch.setenv("LLAMA_MODEL_DIR", str(out / "a"))
     summary = prepare_model(load_profile("gpu-trtllm"))
     assert summary["source"] == "local" and summary["architecture"] == "LlamaForCausalLM"
+
+
+def test_shaped_model_has_the_shape_and_prints_only_known_tokens(tmp_path, build_root):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from scripts.model.checkpoint import make_shaped_model, parameter_count
+    from scripts.model.configs import LLAMA_3_2_1B
+    from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama
+
+    tokenizer_dir = tmp_path / "tiny"
+    make_tiny_llama(tokenizer_dir, TinyLlamaSpec(train_steps=1))
+    shape = dict(LLAMA_3_2_1B, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, head_dim=32, vocab_size=4096)
+    made = make_shaped_model(tmp_path / "shaped", shape, tokenizer_dir)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "shaped")
+    assert sum(p.numel() for p in model.parameters()) == parameter_count(shape) == made["parameters"]
+    known = made["tokenizer_vocab"]
+    assert model.config.vocab_size == 4096 and torch.all(model.get_output_embeddings().weight[known:] == 0)
+    out = model.generate(torch.tensor([[1, 5, 9]]), max_new_tokens=8, do_sample=False)
+    assert int(out[0, 3:].max()) < known
+    assert parameter_count(LLAMA_3_2_1B) == 1_235_814_400  # Llama-3.2-1B's published size
