@@ -17,5 +17,12 @@ def pick_stop_word(text: str, tokenizer: Any, skip: int = 1) -> str:
     for word in words[skip:]:
         if len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1 and text.count(word) == 1:
             return word
+    # A model whose text is noise (random weights) may say no such word: then a token of its text that
+    # is a word piece of its own, e.g. "ice" of "repos ice", does the same job.
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for piece in (tokenizer.decode([i]) for i in ids[skip:]):
+        if re.fullmatch(r" ?\w{2,}", piece) and text.count(piece) == 1 \
+                and len(tokenizer(piece, add_special_tokens=False)["input_ids"]) == 1:
+            return piece
     raise ValueError(f"no single-token word occurring once after the first {skip} word(s) of {text!r}: "
                      "generate a longer text (raise max_tokens) to pick a stop word from")

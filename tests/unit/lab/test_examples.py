@@ -33,3 +33,13 @@ def test_with_the_tiny_llama_tokenizer():
     tokenizer = train_tokenizer(TinyLlamaSpec())
     word = pick_stop_word(" the traffic, balances it, scales the replicas", tokenizer)
     assert len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1
+
+
+
+def test_stop_word_falls_back_to_a_token_of_noise():
+    """A random-weights model says no word the tokenizer keeps whole; a word piece of its text does."""
+    tokenizer = train_tokenizer(TinyLlamaSpec())
+    text = "orts reposiveblerom\ufffdice intoTriton\ufffd\ufffd"
+    word = pick_stop_word(text, tokenizer)
+    assert word.strip() and text.count(word) == 1
+    assert len(tokenizer(word, add_special_tokens=False)["input_ids"]) == 1
