@@ -23,13 +23,14 @@ def load(name: str) -> dict:
     return yaml.safe_load((WORKFLOWS / name).read_text())
 
 
-def steps(name: str) -> list[dict]:
-    (job,) = load(name)["jobs"].values()
+def steps(name: str, job_id: str | None = None) -> list[dict]:
+    jobs = load(name)["jobs"]
+    (job,) = [jobs[job_id]] if job_id else jobs.values()
     return job["steps"]
 
 
-def run_scripts(name: str) -> str:
-    return "\n".join(s["run"] for s in steps(name) if "run" in s)
+def run_scripts(name: str, job_id: str | None = None) -> str:
+    return "\n".join(s["run"] for s in steps(name, job_id) if "run" in s)
 
 
 def actionlint() -> str | None:
@@ -81,10 +82,10 @@ def test_cpu_job_runs_make_test_with_a_system_python_3_11():
 
 def test_gpu_job_runs_every_notebook_in_the_image_on_the_gpu_runner():
     wf = load("gpu.yml")
-    (job,) = wf["jobs"].values()
+    job = wf["jobs"]["notebooks"]
     assert job["runs-on"] == ["self-hosted", "gpu"]
     assert "pull_request" not in wf[True]  # YAML reads `on:` as True; forks' code never reaches the runner
-    scripts = run_scripts("gpu.yml")
+    scripts = run_scripts("gpu.yml", "notebooks")
     assert 'docker build --pull --tag "$IMAGE" .' in scripts
     (docker_run,) = [shlex.split(line) for line in scripts.replace("\\\n", " ").splitlines()
                      if line.strip().startswith("docker run") and "--gpus" in line]
@@ -97,3 +98,12 @@ def test_gpu_job_runs_every_notebook_in_the_image_on_the_gpu_runner():
     command = docker_run[-1]
     assert command == ("python3 -m scripts.lab.run_notebooks --profile gpu-trtllm && "
                        "python3 -m pytest -q tests/notebooks")
+
+
+def test_gpu_transformers_job_installs_from_a_wheelhouse_and_runs_notebooks_00_to_05():
+    job = load("gpu.yml")["jobs"]["notebooks-transformers"]
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    scripts = run_scripts("gpu.yml", "notebooks-transformers")
+    assert "python3 env/wheelhouse.py build" in scripts and "python3 env/wheelhouse.py install" in scripts
+    assert "--profile gpu-transformers --only 00 01 02 03 04 05" in scripts
+    assert "python -m pytest -q tests/notebooks" in scripts
