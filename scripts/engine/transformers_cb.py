@@ -90,11 +90,12 @@ def refuse_sampling(sampling: dict[str, Any]) -> None:
         raise EngineRequestError(f"this engine (transformers continuous batching) does not support {what}: leave it out")
 
 
-def stop_position(tokenizer: Any, ids: Sequence[int], stops: Sequence[str]) -> int | None:
-    """The number of ids up to and including the token that completes the first stop string."""
+def stop_position(tokenizer: Any, ids: Sequence[int], stops: Sequence[str], checked: int = 0) -> int | None:
+    """The number of ids up to and including the token that completes the first stop string.
+    ``checked``: prefixes up to that many ids were looked at before (a stream checks its new tokens only)."""
     if not stops:
         return None
-    for n in range(1, len(ids) + 1):
+    for n in range(max(checked, 0) + 1, len(ids) + 1):
         text = tokenizer.decode(list(ids[:n]), skip_special_tokens=True)
         if any(s in text for s in stops):
             return n
@@ -136,7 +137,13 @@ class Engine:
         return rid
 
     def cancel(self, request_id: str) -> None:
+        """End a request early. The manager frees a cancelled request without delivering an output
+        (transformers 5.19, ``ContinuousBatchProcessor.prepare_next_batch``: ``clear_cancelled_requests``),
+        so a handler registered for it would stay forever: it is dropped here."""
         self.manager.cancel_request(request_id)
+        router = self.manager.output_router
+        with router._lock:
+            router.result_handlers.pop(request_id, None)
 
     def wait(self, request_id: str, timeout_s: float = STALL_S) -> Any:
         """Block until ``request_id`` finishes (only for callers that registered no handler)."""

@@ -139,3 +139,20 @@ def transformers_on_cpu(build):
     settings = base.settings | {"model_source": "embedded", "model_dir": "models/tiny-llama", "device": "cpu",
                                 "max_model_len": 512, "page_size": 32, "kv_cache_space_gib": 0.0625, "max_num_seqs": 16}
     return Profile(name="gpu-transformers", settings=settings, root=build)
+
+
+@contextlib.contextmanager
+def transformers_engine_on_cpu(build):
+    """``TUTORIAL_BUILD_DIR`` at ``build`` (for a module's tests), the tiny Llama made there and its
+    transformers engine config written: yields the profile and the engine directory."""
+    import pytest
+
+    from scripts.engine.config import write_engine_config
+    from scripts.model.checkpoint import prepare_model
+    from scripts.paths import BUILD_DIR_ENV
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BUILD_DIR_ENV, str(build))
+        profile = transformers_on_cpu(build)
+        prepare_model(profile)
+        yield profile, write_engine_config(profile).parent

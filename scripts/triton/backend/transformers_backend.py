@@ -26,7 +26,7 @@ import triton_python_backend_utils as pb_utils
 
 from scripts.engine.config import read_engine_config
 from scripts.engine.transformers_cb import Engine, EngineRequestError, refuse_sampling, stop_position
-from scripts.triton.backend.steps import engine_request, model_parameter
+from scripts.triton.backend.steps import engine_request, from_word_list_format, model_parameter
 
 NAMES = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
          "bad_words_list", "runtime_top_k", "runtime_top_p", "temperature", "repetition_penalty",
@@ -72,6 +72,9 @@ class TritonPythonModel:
         for name in NAMES:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             inputs[name] = tensor.as_numpy() if tensor is not None else None
+        if inputs["bad_words_list"] is not None and any(from_word_list_format(inputs["bad_words_list"])):
+            # before engine_request, whose bad-word limits are the vLLM engine's
+            raise EngineRequestError("this engine (transformers continuous batching) does not support bad_words: leave it out")
         req = engine_request(inputs, self.tokenizer, self.max_model_len)
         refuse_sampling(req.sampling)
         return req
@@ -91,25 +94,26 @@ class TritonPythonModel:
         rid = uuid.uuid4().hex
         self.engine.manager.register_result_handler(rid, outputs.put_nowait)
         stops = req.sampling.get("stop") or []
+        finished = False
         try:
             self.engine.add(req.prompt_ids, req.max_tokens, ignore_eos=bool(req.sampling.get("ignore_eos")),
                             stop_token_ids=req.sampling.get("stop_token_ids") or (), request_id=rid)
-            sent = 0
+            sent = checked = 0  # ids sent (streaming); ids looked at for stop strings
             while True:
                 out = await outputs.get()
+                finished = out.is_finished()
                 if out.error:
                     sender.send(invalid(f"engine error: {out.error}"), flags=final)
                     return
-                ids = list(out.generated_tokens)
-                cut = stop_position(self.tokenizer, ids, stops)
-                done = out.is_finished() or cut is not None
-                if cut is not None:
-                    ids = ids[:cut]
-                    self.engine.cancel(rid)
                 if request.is_cancelled():
-                    self.engine.cancel(rid)
                     sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("request cancelled")), flags=final)
                     return
+                ids = list(out.generated_tokens)
+                cut = stop_position(self.tokenizer, ids, stops, checked)
+                checked = len(ids)
+                done = finished or cut is not None
+                if cut is not None:
+                    ids = ids[:cut]
                 if req.streaming:
                     if len(ids) > sent:
                         sender.send(ids_response(ids[sent:]))
@@ -122,6 +126,9 @@ class TritonPythonModel:
                     return
         except Exception as exc:  # the engine refused the request: tell the client, keep serving
             sender.send(invalid(f"{type(exc).__name__}: {exc}"), flags=final)
+        finally:
+            if not finished:  # a stop word, the client's cancel or an error ended it early
+                self.engine.cancel(rid)
 
     def finalize(self):
         try:

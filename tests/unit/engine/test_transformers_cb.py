@@ -3,7 +3,6 @@ the engine itself on the CPU with the tiny Llama (the path CI keeps from rotting
 from __future__ import annotations
 
 import json
-import os
 from types import SimpleNamespace
 
 import pytest
@@ -11,26 +10,17 @@ import pytest
 from scripts.engine import config as engine
 from scripts.engine import transformers_cb as cb
 from scripts.engine.run import main as run_main
-from scripts.model.checkpoint import prepare_model
-from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 
-from fakes import transformers_on_cpu as cpu_variant
+from fakes import transformers_engine_on_cpu
 
 TINY_SHAPE = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=2, num_attention_heads=4, hidden_size=128, head_dim=32)
 
 
 @pytest.fixture(scope="module")
 def tiny_engine_dir(tmp_path_factory):
-    build = tmp_path_factory.mktemp("build")
-    before = os.environ.get(BUILD_DIR_ENV)
-    os.environ[BUILD_DIR_ENV] = str(build)
-    try:
-        profile = cpu_variant(build)
-        prepare_model(profile)
-        yield engine.write_engine_config(profile).parent
-    finally:
-        os.environ.pop(BUILD_DIR_ENV) if before is None else os.environ.__setitem__(BUILD_DIR_ENV, before)
+    with transformers_engine_on_cpu(tmp_path_factory.mktemp("build")) as (_, engine_dir):
+        yield engine_dir
 
 
 def test_profile_settings_reach_the_engine_config(tmp_path):
@@ -71,6 +61,8 @@ def test_stop_position_counts_ids_up_to_the_word():
     tok = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "".join(chr(96 + i) for i in ids))
     assert cb.stop_position(tok, [1, 2, 3, 4], ["bc"]) == 3
     assert cb.stop_position(tok, [1, 2], ["z"]) is None and cb.stop_position(tok, [1], []) is None
+    assert cb.stop_position(tok, [1, 2, 3, 4], ["bc"], checked=2) == 3  # only prefixes not looked at before
+    assert cb.stop_position(tok, [1, 2, 3, 4], ["cd"], checked=3) == 4
 
 
 def test_engine_on_the_cpu_is_greedy_and_order_independent(tiny_engine_dir):
@@ -93,3 +85,14 @@ def test_run_py_writes_the_reference(tiny_engine_dir, tmp_path, capsys):
     ref = json.loads(out.read_text())
     assert ref["engine"] == "transformers" and ref["runtime"] == "transformers continuous batching"
     assert len(ref["results"][0]["output_ids"]) == 8 and ref["results"][0]["output_text"].startswith(" the traffic")
+
+
+def test_cancel_drops_the_handler_the_manager_would_never_call(tiny_engine_dir):
+    eng = cb.Engine(engine.read_engine_config(tiny_engine_dir))
+    try:
+        router = eng.manager.output_router
+        router.result_handlers["stopped-early"] = (lambda out: None, None)
+        eng.cancel("stopped-early")
+        assert "stopped-early" not in router.result_handlers
+    finally:
+        eng.stop()

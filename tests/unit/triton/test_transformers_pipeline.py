@@ -3,20 +3,16 @@ with the tiny Llama: the same backend code that runs KIND_GPU on a GPU host, kep
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 import requests
 
 from scripts.engine import run
-from scripts.engine.config import write_engine_config
-from scripts.model.checkpoint import prepare_model
-from scripts.paths import BUILD_DIR_ENV
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 from scripts.triton.server import TritonServer
 
-from fakes import transformers_on_cpu
+from fakes import transformers_engine_on_cpu
 
 PROMPTS = ["Ray Serve takes", "The tokenizer turns"]
 
@@ -24,12 +20,7 @@ PROMPTS = ["Ray Serve takes", "The tokenizer turns"]
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     build = tmp_path_factory.mktemp("build")
-    before = os.environ.get(BUILD_DIR_ENV)
-    os.environ[BUILD_DIR_ENV] = str(build)
-    try:
-        profile = transformers_on_cpu(build)
-        prepare_model(profile)
-        engine_dir = write_engine_config(profile).parent
+    with transformers_engine_on_cpu(build) as (profile, engine_dir):
         reference = build / "ref.json"
         proc = run.run_cli(run.cli_command(engine_dir, PROMPTS, 16, output_json=reference), timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -38,8 +29,6 @@ def served(tmp_path_factory):
         server = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble"))
         with server.start(timeout_s=300, retries=1):
             yield server, json.loads(reference.read_text())
-    finally:
-        os.environ.pop(BUILD_DIR_ENV) if before is None else os.environ.__setitem__(BUILD_DIR_ENV, before)
 
 
 def generate(server, **body) -> requests.Response:
@@ -63,7 +52,8 @@ def test_stop_words_end_the_text_at_the_word(served):
 
 
 @pytest.mark.parametrize("extra, says", [({"temperature": 0.7, "top_p": 0.5}, "greedily"),
-                                         ({"bad_words": [" the"]}, "bad_words")])
+                                         ({"bad_words": [" the"]}, "bad_words"),
+                                         ({"bad_words": [" the traffic, balances"]}, "bad_words")])
 def test_what_the_engine_cannot_do_is_a_400_and_serving_goes_on(served, extra, says):
     server, _ = served
     r = generate(server, text_input=PROMPTS[0], max_tokens=8, **extra)
