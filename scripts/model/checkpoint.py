@@ -10,6 +10,7 @@ from typing import Any
 from scripts.model import configs
 from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama, quiet_transformers
 from scripts.profiles import Profile
+from scripts.triton.instance_size import llama_parameter_count
 
 LLAMA_HF_ID = "meta-llama/Llama-3.2-1B-Instruct"
 
@@ -71,17 +72,7 @@ def make_shaped_model(model_dir: Path, shape: dict[str, Any], tokenizer_dir: Pat
         del model
     size = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
     return {"model_dir": str(model_dir), "size_bytes": size,
-            "parameters": parameter_count(shape), "tokenizer_vocab": len(tokenizer)}
-
-
-def parameter_count(shape: dict[str, Any]) -> int:
-    """Parameters of a Llama of this shape (embeddings counted once when tied)."""
-    h, i, layers = shape["hidden_size"], shape["intermediate_size"], shape["num_hidden_layers"]
-    head_dim = shape.get("head_dim") or h // shape["num_attention_heads"]
-    q, kv = shape["num_attention_heads"] * head_dim, shape["num_key_value_heads"] * head_dim
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * i + 2 * h
-    embed = shape["vocab_size"] * h
-    return layers * per_layer + h + embed * (1 if shape.get("tie_word_embeddings") else 2)
+            "parameters": llama_parameter_count(shape), "tokenizer_vocab": len(tokenizer)}
 
 
 def prepare_model(profile: Profile, spec: TinyLlamaSpec = TinyLlamaSpec()) -> dict[str, Any]:
