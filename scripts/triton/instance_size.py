@@ -3,8 +3,12 @@
 From the engine config (``dtype``, batch and length limits, parallelism) and the model's
 ``config.json``: weights = parameters x bytes of ``weight_dtype`` (default ``dtype``); the KV cache
 a full batch needs = 2 x layers x KV heads x head_dim x ``max_seq_len`` x ``max_batch_size`` x bytes
-of ``kv_cache_dtype`` (vLLM's names ``max_model_len`` and ``max_num_seqs`` work too); both divided
-by tensor x pipeline parallelism; activations/runtime = 10 % of those + 512 MiB.
+of ``kv_cache_dtype`` (vLLM's and transformers' names ``max_model_len`` and ``max_num_seqs`` work
+too); both divided by tensor x pipeline parallelism; activations/runtime = 10 % of those + 512 MiB.
+
+Engines: ``tensorrt_llm`` and ``transformers`` (continuous batching, :mod:`scripts.engine.transformers_cb`)
+size their KV cache when an instance loads, as a fraction of the GPU memory free then, so what must
+be free before an instance starts is weights + activations; ``vllm`` reserves all three up front.
 """
 from __future__ import annotations
 
@@ -20,7 +24,9 @@ from scripts.profiles import Profile
 ACTIVATION_FRACTION = 0.10
 #: ... plus this fixed runtime overhead (cuBLAS/attention workspaces, runtime buffers, CUDA context).
 RUNTIME_OVERHEAD_BYTES = 512 * 2**20
-ENGINES = ("tensorrt_llm", "vllm")
+ENGINES = ("tensorrt_llm", "vllm", "transformers")
+#: Engines whose KV cache takes a fraction of the GPU memory free once the instance has loaded its weights.
+FRACTION_OF_FREE_ENGINES = ("tensorrt_llm", "transformers")
 DTYPE_BYTES: dict[str, float] = {
     "float32": 4, "fp32": 4, "float": 4,
     "float16": 2, "fp16": 2, "half": 2, "bfloat16": 2, "bf16": 2,
@@ -29,7 +35,10 @@ DTYPE_BYTES: dict[str, float] = {
 }
 # The engine_config.json keys the estimate reads, per engine (the rest are paths and build options).
 _ESTIMATE_KEYS = {"tensorrt_llm": ("engine", "dtype", "max_batch_size", "max_seq_len", "tp_size", "pp_size"),
-                  "vllm": ("engine", "dtype", "max_num_seqs", "max_model_len", "tensor_parallel_size")}
+                  "vllm": ("engine", "dtype", "max_num_seqs", "max_model_len", "tensor_parallel_size"),
+                  # its KV-cache fraction lives in the engine config (TensorRT-LLM's in config.pbtxt)
+                  "transformers": ("engine", "dtype", "max_num_seqs", "max_model_len",
+                                   "kv_cache_free_gpu_mem_fraction")}
 
 
 def engine_settings(profile: Profile) -> dict[str, Any]:
@@ -42,13 +51,13 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
 class InstanceSize:
     """What one engine instance needs on one GPU, in bytes."""
 
-    engine: str            # tensorrt_llm | vllm
+    engine: str            # tensorrt_llm | vllm | transformers
     gpu: int               # the GPU's memory (vLLM's reservation is a share of it)
     params: int
     weights: int           # per GPU (divided by tensor x pipeline parallelism)
     kv: int                # what a full batch at full length needs, per GPU
     activations: int
-    per_instance: int      # TensorRT-LLM: weights + activations; vLLM: all three, or its reservation
+    per_instance: int      # TensorRT-LLM, transformers: weights + activations; vLLM: all three, or its reservation
     notes: tuple[str, ...]
 
 
@@ -56,8 +65,8 @@ def instance_size(engine_config: Mapping[str, Any], gpu_memory_bytes: int | str,
                   model_config: Mapping[str, Any] | None, num_parameters: int | None = None,
                   activation_fraction: float = ACTIVATION_FRACTION,
                   runtime_overhead_bytes: int = RUNTIME_OVERHEAD_BYTES) -> InstanceSize:
-    """One instance's sizes; ``per_instance`` is what must be free before it can start (TensorRT-LLM:
-    weights + activations, its KV cache is sized afterwards) or what it takes (vLLM)."""
+    """One instance's sizes; ``per_instance`` is what must be free before it can start (TensorRT-LLM,
+    transformers: weights + activations, its KV cache is sized afterwards) or what it takes (vLLM)."""
     where = "engine config"
     cfg = require_mapping(engine_config, where)
     engine = cfg.get("engine") or "tensorrt_llm"
@@ -99,7 +108,7 @@ def instance_size(engine_config: Mapping[str, Any], gpu_memory_bytes: int | str,
     kv = int(2 * layers * kv_heads * head_dim * max_seq_len * max_batch * kv_dtype / parallel)
     activations = int(activation_fraction * (weights + kv) + runtime_overhead_bytes)
     notes = []
-    if engine == "tensorrt_llm":  # the KV cache is sized at load time, not part of the fixed need
+    if engine in FRACTION_OF_FREE_ENGINES:  # the KV cache is sized at load time, not part of the fixed need
         per_instance = weights + activations
     else:
         per_instance = weights + kv + activations
