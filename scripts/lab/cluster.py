@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -65,6 +66,7 @@ class LocalCluster:
     serve_env: Mapping[str, str] = field(default_factory=dict)
     port: int = 0
     pids: list[int] = field(default_factory=list)
+    nodes: list = field(default_factory=list)  # nodes added with add_node (ray._private.node.Node)
 
     @property
     def base_url(self) -> str:
@@ -95,6 +97,46 @@ class LocalCluster:
         quiet_ray_logging()  # serve.start configures its logger again
         return self
 
+    def add_node(self, num_cpus: int, num_gpus: int = 0, env: Mapping[str, str] | None = None) -> str:
+        """Start a second Ray node on this host, joined to this cluster; its node id.
+
+        What ``ray start --address <head> --num-cpus N --num-gpus 0`` does on another machine, here with
+        the node's processes owned by this one (as ``ray.cluster_utils.Cluster.add_node`` starts them,
+        ray 2.60) so that :meth:`stop` ends them by handle. ``env`` is set for the node's processes
+        only: ``{"CUDA_VISIBLE_DEVICES": ""}`` makes it a node without GPUs on a GPU machine, since
+        workers inherit their raylet's environment.
+        """
+        import ray  # noqa: PLC0415
+        from ray._private.node import Node  # noqa: PLC0415
+        from ray._private.parameter import RayParams  # noqa: PLC0415
+
+        head = ray._private.worker._global_node
+        if head is None:
+            raise RuntimeError("start the cluster first (LocalCluster.start())")
+        params = RayParams(gcs_address=head.gcs_address, node_ip_address="127.0.0.1", num_cpus=num_cpus,
+                           num_gpus=num_gpus, object_store_memory=150 * 2**20, min_worker_port=0, max_worker_port=0,
+                           include_log_monitor=False, node_manager_port=0)
+        params.dashboard_agent_listen_port = None
+        saved = {k: os.environ.get(k) for k in (env or {})}
+        os.environ.update(env or {})
+        try:
+            node = Node(params, head=False, shutdown_at_exit=False, spawn_reaper=False)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        self.nodes.append(node)
+        self.pids += sorted(info.process.pid for infos in node.all_processes.values() for info in infos
+                            if getattr(info, "process", None) is not None)
+        deadline = time.monotonic() + 60
+        while not any(n["NodeID"] == node.node_id and n["Alive"] for n in ray.nodes()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the added node {node.node_id} did not join the cluster within 60 s")
+            time.sleep(0.5)
+        return node.node_id
+
     def stop(self, extra_pids: list[int] | tuple[int, ...] = (), timeout_s: float = 10.0) -> list[int]:
         """Shut Serve and Ray down; the PIDs (Ray's own and ``extra_pids``) still alive afterwards."""
         import ray  # noqa: PLC0415
@@ -102,6 +144,10 @@ class LocalCluster:
 
         if ray.is_initialized():
             serve.shutdown()
+        for node in self.nodes:
+            node.kill_all_processes(check_alive=False, allow_graceful=True)
+        self.nodes.clear()
+        if ray.is_initialized():
             ray.shutdown()
         return still_running(sorted(set(self.pids) | set(extra_pids)), timeout_s)
 

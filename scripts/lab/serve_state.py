@@ -183,6 +183,29 @@ def show_pending(app: str, timeout_s: float, running: int = 0) -> tuple[AppState
     return state, waited
 
 
+def deploy_failed(state: AppState) -> bool:
+    """Condition: Serve gave up starting the application (a replica's constructor kept failing)."""
+    return state.app_status == "DEPLOY_FAILED"
+
+
+_ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception)): (.*?)(?=\s+File \"|$)")
+
+
+def failure_reason(message: str) -> str:
+    """The last exception line of a DEPLOY_FAILED message (Serve includes the constructor's traceback)."""
+    matches = _ERROR_LINE.findall(message)
+    return f"{matches[-1][0]}: {matches[-1][1]}" if matches else message[-300:]
+
+
+def show_failed(app: str, timeout_s: float) -> tuple[AppState, float]:
+    """Wait until Serve marks ``app`` DEPLOY_FAILED; print its status and the constructor's error."""
+    state, waited = wait_for_app(app, deploy_failed, timeout_s)
+    print(f"application {state.app}: {state.app_status}")
+    print(f"deployment {state.deployment}: {state.deployment_status}")
+    print("error: " + failure_reason(state.message))
+    return state, waited
+
+
 def show_running(app: str, replicas: int, timeout_s: float) -> tuple[AppState, float]:
     """Wait until ``replicas`` replicas run; print the state."""
     state, waited = wait_for_app(app, all_running(replicas), timeout_s)
@@ -271,10 +294,12 @@ def checker_agrees(report: Any, deployment: str, state: AppState) -> bool:
     return state.running == expected_running and state.not_ready == expected_pending
 
 
-def deploy(deployment_cls: Any, app: str, deployment: Mapping[str, Any], *, route_prefix: str | None = None) -> None:
+def deploy(deployment_cls: Any, app: str, deployment: Mapping[str, Any], *, route_prefix: str | None = None,
+           init_kwargs: Mapping[str, Any] | None = None) -> None:
     """Deploy ``deployment_cls`` with the options of ``deployment`` as application ``app``, without
-    waiting for it to run (replicas that cannot be placed would block ``serve.run`` forever)."""
+    waiting for it to run (replicas that cannot be placed would block ``serve.run`` forever).
+    ``init_kwargs``: the arguments of its constructor (a ``serve build`` config's ``args``)."""
     from ray import serve  # noqa: PLC0415
 
-    bound = deployment_cls.options(**deployment_options(deployment)).bind()
+    bound = deployment_cls.options(**deployment_options(deployment)).bind(**dict(init_kwargs or {}))
     serve._run(bound, name=app, route_prefix=route_prefix or f"/{app}", _blocking=False)

@@ -21,3 +21,17 @@ LLAMA_3_2_1B: dict[str, Any] = {
     "max_position_embeddings": 131072,
     "torch_dtype": "bfloat16",
 }
+
+#: meta-llama/Llama-3.1-8B-Instruct: the size most single-GPU deployments serve (16 GB of bf16 weights).
+LLAMA_3_1_8B: dict[str, Any] = {
+    "vocab_size": 128256,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+}

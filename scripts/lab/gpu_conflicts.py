@@ -1,0 +1,209 @@
+"""Notebook 06 on a real GPU: the memory conflicts produced, measured and fixed.
+
+* :func:`gpu_skip_reason`: why the real-GPU cases cannot run here (None when they can);
+* :func:`gpu_memory` / :func:`memory_by_pid`: what ``nvidia-smi`` reports (the notebook's kernel never
+  touches CUDA itself, so it holds no memory of the GPU it measures);
+* :func:`replica_reports`: what every replica of a :class:`scripts.lab.gpu_probe.GpuProbe`
+  deployment sees (node, ``CUDA_VISIBLE_DEVICES``, CUDA's devices, the memory it holds);
+* :func:`engine_only_repository` and :func:`load_triton`: Triton loading ``instance_group { count: N
+  kind: KIND_GPU }`` instances of the profile's engine, each sizing its KV cache from the memory free
+  when it starts; the outcome, Triton's own error lines, and the GPU memory each instance holds.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from scripts.profiles import Profile
+
+#: Triton's log lines that say why a model did not load.
+_LOAD_ERROR = re.compile(r"(out of memory|OutOfMemory|failed to load|UNAVAILABLE|[Ee]rror:|no GPU|GPU.*not|CUDA)")
+
+
+def gpu_skip_reason(profile: Profile, smi: Callable[[], list[dict]] | None = None) -> str | None:
+    """Why the real-GPU cases are skipped (the profile declares logical GPUs, or no GPU answers
+    ``nvidia-smi``); None when they run."""
+    if profile["logical_gpus"]:
+        return (f"profile {profile.name!r} schedules against logical GPUs (no GPU memory to claim): the real-GPU "
+                "cases run with a GPU profile, e.g. PROFILE=gpu-transformers")
+    try:
+        gpus = (smi or gpu_memory)()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        return f"no GPU found ({exc}): install the NVIDIA driver, whose nvidia-smi reports the GPUs"
+    return None if gpus else "nvidia-smi lists no GPU"
+
+
+def _smi(query: str, what: str) -> list[list[str]]:
+    if shutil.which("nvidia-smi") is None:
+        raise FileNotFoundError("nvidia-smi is not on PATH")
+    out = subprocess.run(["nvidia-smi", f"--query-{what}={query}", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def gpu_memory() -> list[dict[str, Any]]:
+    """Every GPU: index, name, uuid, total and used memory in bytes (``nvidia-smi --query-gpu``)."""
+    rows = _smi("index,name,uuid,memory.total,memory.used", "gpu")
+    return [{"index": int(i), "name": name, "uuid": uuid, "total_bytes": int(total) * 2**20,
+             "used_bytes": int(used) * 2**20} for i, name, uuid, total, used in rows]
+
+
+def memory_by_pid() -> dict[int, int]:
+    """GPU memory (bytes) of each process using a GPU (``nvidia-smi --query-compute-apps``)."""
+    return {int(pid): int(used) * 2**20 for pid, used in _smi("pid,used_memory", "compute-apps")
+            if pid.isdigit() and used.isdigit()}
+
+
+def replica_reports(app: str, replicas: int, timeout_s: float = 60, method: str = "report") -> list[dict]:
+    """The report of each of the ``replicas`` running replicas of ``app`` (calls its handle until
+    every replica has answered once), in a stable order: by node, then by replica id."""
+    from ray import serve  # noqa: PLC0415
+
+    handle = serve.get_app_handle(app)
+    seen: dict[str, dict] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(seen) < replicas:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"only {len(seen)} of {replicas} replicas of {app!r} answered in {timeout_s:g} s")
+        report = getattr(handle, method).remote().result(timeout_s=timeout_s)
+        seen[report["replica"]] = report
+    return sorted(seen.values(), key=lambda r: (r["node_id"], r["replica"]))
+
+
+def format_visibility(report: dict[str, Any], node_names: dict[str, str]) -> str:
+    """One line: where a replica runs and what it sees of the GPUs."""
+    devices = ", ".join(f"{d['name']} ({d['uuid']})" for d in report["devices"]) or "none"
+    line = (f"node {node_names.get(report['node_id'], report['node_id'][:8])}: "
+            f"CUDA_VISIBLE_DEVICES={report['CUDA_VISIBLE_DEVICES']!r}, Ray's GPU ids {report['ray_gpu_ids']}, "
+            f"torch.cuda.is_available() {report['cuda_available']}, devices: {devices}")
+    if report.get("claimed"):
+        line += f"; holds {report['claimed']['held_bytes'] / 2**30:.1f} GiB of GPU memory"
+    if report.get("triton"):
+        line += f"\n  Triton: {report['triton']}"
+    return line
+
+
+# -- Triton: instance_group count N of the profile's engine ------------------------------------
+
+def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction: float | None = None) -> Path:
+    """A model repository holding only the profile's engine model with ``instance_group { count:
+    count }``; ``fraction`` replaces the engine config's ``kv_cache_free_gpu_mem_fraction`` (in a copy of
+    the engine directory's config, pointing at the same weights)."""
+    from scripts.engine.config import ENGINE_CONFIG, read_engine_config  # noqa: PLC0415
+    from scripts.paths import TEMPLATE_DIR  # noqa: PLC0415
+    from scripts.triton.repository.fill import ENGINE_MODEL, RepoSettings, template_values  # noqa: PLC0415
+    from scripts.triton.repository.fill_template import fill_repository  # noqa: PLC0415
+
+    if int(count) < 1:
+        raise ValueError(f"instance count must be 1 or more, got {count!r}")
+    engine_dir = profile.path("engine_dir")
+    config = read_engine_config(engine_dir)
+    if fraction is not None:
+        if not 0 < fraction < 1:
+            raise ValueError(f"kv_cache_free_gpu_mem_fraction must be within (0, 1), got {fraction!r}")
+        variant = Path(out_dir) / "engine"
+        variant.mkdir(parents=True, exist_ok=True)
+        config = config | {"kv_cache_free_gpu_mem_fraction": fraction}
+        (variant / ENGINE_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+        engine_dir = variant
+    model = ENGINE_MODEL[config["engine"]]
+    values = template_values(config | {"_engine_dir": str(engine_dir), "engine_dir": str(engine_dir)},
+                             RepoSettings(engine_instance_count=int(count)))
+    repo = Path(out_dir) / "repository"
+    fill_repository(TEMPLATE_DIR, repo, {model: values[model]}, models=[model])
+    return repo
+
+
+@dataclass
+class TritonLoad:
+    """How one Triton start went: ready or not, Triton's error lines, GPU memory per instance."""
+
+    loaded: bool
+    seconds: float
+    errors: list[str] = field(default_factory=list)
+    instance_bytes: list[int] = field(default_factory=list)   # per stub process, sorted
+    gpu_used_bytes: int = 0
+
+    def format(self) -> str:
+        if self.loaded:
+            each = ", ".join(f"{b / 2**30:.1f}" for b in self.instance_bytes)
+            return (f"Triton ready: {len(self.instance_bytes)} instance(s) on the GPU holding [{each}] GiB "
+                    f"({sum(self.instance_bytes) / 2**30:.1f} GiB in all)")
+        return "Triton did not load the model:\n" + "\n".join(f"  {line}" for line in self.errors)
+
+
+def error_lines(log: str, limit: int = 6) -> list[str]:
+    """The lines of a Triton log that say why a model did not load (timestamps cut, deduplicated)."""
+    out: list[str] = []
+    for line in log.splitlines():
+        if _LOAD_ERROR.search(line):
+            text = re.sub(r"^[EIW]\d{4} [\d:.]+ \d+ [\w.]+:\d+\] ", "", line.strip())[:400]
+            if text not in out:
+                out.append(text)
+    return out[-limit:]
+
+
+def load_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dict[int, int]] | None = memory_by_pid,
+                smi: Callable[[], list[dict]] | None = gpu_memory) -> TritonLoad:
+    """Start Triton on ``repo``; on success measure each instance's GPU memory, then stop it."""
+    from scripts.triton.server import TritonServer, TritonStartError  # noqa: PLC0415
+
+    server = TritonServer(repo, exit_timeout_s=5)
+    start = time.monotonic()
+    try:
+        server.start(timeout_s=timeout_s)
+    except TritonStartError as exc:
+        return TritonLoad(False, time.monotonic() - start, error_lines(str(exc)) or str(exc).splitlines()[-3:])
+    try:
+        seconds = time.monotonic() - start
+        members = set(server.group_members())
+        per_pid = measure() if measure else {}
+        used = sum(g["used_bytes"] for g in smi()) if smi else 0
+        return TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in members), used)
+    finally:
+        server.stop()
+
+
+# -- the notebook's parameters -----------------------------------------------------------------
+
+def check_parameters(*, num_gpus: int, num_cpus: int, instance_count: int, engine_fraction: float,
+                     shared_model: str, cpu_node_cpus: int, gpu_memory: str) -> None:
+    """Refuse values notebook 06 cannot work with, saying which parameter to change and why.
+
+    ``num_gpus``: the GPUs the head node will have (the logical ones declared, or the real ones).
+    Sections 2 and 3 run ``num_gpus + 1`` one-CPU replicas at once, so the head needs that many CPUs.
+    """
+    from scripts.capacity.units import CapacityConfigError, parse_memory  # noqa: PLC0415
+    from scripts.model import configs  # noqa: PLC0415
+
+    def whole(value: Any, name: str, minimum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}")
+        return value
+
+    gpus = whole(num_gpus, "NUM_GPUS (the head node's GPUs)", 1)
+    whole(num_cpus, "NUM_CPUS", 1)
+    if num_cpus < gpus + 1:
+        raise ValueError(f"NUM_CPUS={num_cpus} is too few for {gpus} GPU(s): sections 2 and 3 run {gpus + 1} replicas "
+                         f"of one CPU each at once, so their conflicts would be about CPUs, not GPUs; use NUM_CPUS >= {gpus + 1}")
+    whole(instance_count, "INSTANCE_COUNT", 1)
+    whole(cpu_node_cpus, "CPU_NODE_CPUS", 1)
+    if isinstance(engine_fraction, bool) or not isinstance(engine_fraction, (int, float)) or not 0 < engine_fraction < 1:
+        raise ValueError(f"ENGINE_FRACTION must be a number above 0 and below 1 (TensorRT-LLM rejects 1.0), "
+                         f"got {engine_fraction!r}")
+    model = getattr(configs, str(shared_model), None)
+    if not isinstance(model, dict):
+        names = sorted(n for n in dir(configs) if n.isupper() and isinstance(getattr(configs, n), dict))
+        raise ValueError(f"SHARED_MODEL must name a model of scripts/model/configs.py ({', '.join(names)}), "
+                         f"got {shared_model!r}")
+    try:
+        if parse_memory(gpu_memory, "GPU_MEMORY") <= 0:
+            raise ValueError(f"GPU_MEMORY must be more than 0 bytes, got {gpu_memory!r}")
+    except CapacityConfigError as exc:
+        raise ValueError(str(exc)) from None

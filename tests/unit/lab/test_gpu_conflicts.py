@@ -1,0 +1,147 @@
+"""scripts.lab.gpu_conflicts and scripts.lab.gpu_probe: what runs without a GPU, and one real
+two-node Ray cluster whose second node hides CUDA."""
+import subprocess
+import sys
+
+import pytest
+
+from scripts.lab import gpu_conflicts as gc
+from scripts.lab.gpu_probe import POLICIES, claim_engine_memory, visibility
+from scripts.lab.serve_state import deploy_failed, failure_reason, AppState
+from scripts.profiles import load_profile
+from scripts.triton.process_guard import is_running
+
+GOOD = dict(num_gpus=2, num_cpus=8, instance_count=8, engine_fraction=0.9, shared_model="LLAMA_3_1_8B",
+            cpu_node_cpus=2, gpu_memory="24GiB")
+
+
+def test_check_parameters_accepts_the_defaults_and_other_sensible_values():
+    gc.check_parameters(**GOOD)
+    gc.check_parameters(**GOOD | dict(num_gpus=3, num_cpus=4, instance_count=1, engine_fraction=0.5,
+                                      shared_model="LLAMA_3_2_1B", cpu_node_cpus=1, gpu_memory="80GiB"))
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(num_gpus=0), "NUM_GPUS"), (dict(num_cpus=2), "NUM_CPUS >= 3"), (dict(instance_count=0), "INSTANCE_COUNT"),
+    (dict(engine_fraction=1.0), "ENGINE_FRACTION"), (dict(engine_fraction=True), "ENGINE_FRACTION"),
+    (dict(shared_model="GPT5"), "LLAMA_3_1_8B, LLAMA_3_2_1B"), (dict(cpu_node_cpus=0), "CPU_NODE_CPUS"),
+    (dict(gpu_memory="lots"), "GPU_MEMORY"), (dict(gpu_memory="0GiB"), "GPU_MEMORY"), (dict(num_gpus=1.5), "NUM_GPUS"),
+])
+def test_check_parameters_refuses_values_the_notebook_cannot_use(change, says):
+    with pytest.raises(ValueError, match=says):
+        gc.check_parameters(**GOOD | change)
+
+
+def test_gpu_skip_reason():
+    assert "logical GPUs" in gc.gpu_skip_reason(load_profile("cpu"))
+    gpu = load_profile("gpu-transformers")
+    assert gc.gpu_skip_reason(gpu, smi=lambda: [{"index": 0}]) is None
+    assert gc.gpu_skip_reason(gpu, smi=lambda: []) == "nvidia-smi lists no GPU"
+
+    def missing():
+        raise FileNotFoundError("nvidia-smi is not on PATH")
+    assert "install the NVIDIA driver" in gc.gpu_skip_reason(gpu, smi=missing)
+
+
+def test_smi_parsing(monkeypatch):
+    outputs = {"gpu": "0, NVIDIA H200, GPU-abc, 143771, 512\n",
+               "compute-apps": "123, 2048\n456, [N/A]\n"}
+    monkeypatch.setattr(gc.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(gc.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(
+        argv, 0, outputs["gpu" if "--query-gpu" in argv[1] else "compute-apps"], ""))
+    assert gc.gpu_memory() == [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-abc", "total_bytes": 143771 * 2**20,
+                                "used_bytes": 512 * 2**20}]
+    assert gc.memory_by_pid() == {123: 2048 * 2**20}
+
+
+def test_error_lines_keep_the_reason_without_timestamps():
+    log = ("I1203 10:00:00.1 12 server.cc:1] started\n"
+           "E1203 10:00:01.2 12 model_lifecycle.cc:654] failed to load 'transformers_engine' version 1: "
+           "Internal: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB\n"
+           "E1203 10:00:01.2 12 model_lifecycle.cc:654] failed to load 'transformers_engine' version 1: "
+           "Internal: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB\n")
+    assert gc.error_lines(log) == ["failed to load 'transformers_engine' version 1: Internal: torch.OutOfMemoryError: "
+                                   "CUDA out of memory. Tried to allocate 12.00 GiB"]
+
+
+def test_triton_load_format():
+    assert gc.TritonLoad(True, 1.0, [], [2**30, 3 * 2**30]).format().startswith(
+        "Triton ready: 2 instance(s) on the GPU holding [1.0, 3.0] GiB (4.0 GiB in all)")
+    assert gc.TritonLoad(False, 1.0, ["failed to load"]).format() == "Triton did not load the model:\n  failed to load"
+
+
+def test_format_visibility():
+    report = {"node_id": "n1" * 20, "ray_gpu_ids": ["0"], "CUDA_VISIBLE_DEVICES": "0", "cuda_available": True,
+              "devices": [{"name": "NVIDIA H200", "uuid": "GPU-x"}], "claimed": {"held_bytes": 3 * 2**30},
+              "triton": "Triton ready"}
+    line = gc.format_visibility(report, {"n1" * 20: "head"})
+    assert line.startswith("node head: CUDA_VISIBLE_DEVICES='0', Ray's GPU ids ['0'], torch.cuda.is_available() True")
+    assert "NVIDIA H200 (GPU-x)" in line and "holds 3.0 GiB" in line and line.endswith("Triton: Triton ready")
+
+
+def test_engine_only_repository_overrides_the_fraction(tmp_path, monkeypatch):
+    import json
+    profile = load_profile("gpu-transformers")
+    engine = tmp_path / "engine"
+    engine.mkdir()
+    (engine / "engine_config.json").write_text(json.dumps(
+        {"engine": "transformers", "model_dir": "/m", "dtype": "bfloat16", "max_model_len": 64, "max_num_seqs": 4,
+         "kv_cache_free_gpu_mem_fraction": 0.5, "device": "auto"}))
+    monkeypatch.setattr(type(profile), "path", lambda self, key: engine)
+    repo = gc.engine_only_repository(profile, tmp_path / "out", count=3, fraction=0.25)
+    config = (repo / "transformers_engine" / "config.pbtxt").read_text()
+    assert "count: 3 kind: KIND_GPU" in config and sorted(p.name for p in repo.iterdir()) == ["transformers_engine"]
+    variant = json.loads((tmp_path / "out" / "engine" / "engine_config.json").read_text())
+    assert variant["kv_cache_free_gpu_mem_fraction"] == 0.25 and variant["model_dir"] == "/m"
+    assert f'"{tmp_path / "out" / "engine"}"' in config
+    with pytest.raises(ValueError, match="instance count"):
+        gc.engine_only_repository(profile, tmp_path / "x", count=0)
+    with pytest.raises(ValueError, match="within"):
+        gc.engine_only_repository(profile, tmp_path / "x", count=1, fraction=1.0)
+
+
+def test_claim_engine_memory_refuses_bad_arguments():
+    with pytest.raises(ValueError, match="policy"):
+        claim_engine_memory("half", 0.5, 0)
+    with pytest.raises(ValueError, match="fraction"):
+        claim_engine_memory(POLICIES[0], 1.5, 0)
+
+
+def test_failure_reason_is_the_last_exception_line():
+    message = ('The deployment failed to start 3 times in a row. Error: File "/x.py", line 3, in f raise X '
+               'RuntimeError: Traceback File "/y.py", line 9 torch.OutOfMemoryError: CUDA out of memory. '
+               'Tried to allocate 16.00 GiB. GPU 0 has a total capacity of 139.80 GiB')
+    assert failure_reason(message) == ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.00 GiB. "
+                                       "GPU 0 has a total capacity of 139.80 GiB")
+    assert deploy_failed(AppState("a", "DEPLOY_FAILED", "d", "DEPLOY_FAILED"))
+    assert not deploy_failed(AppState("a", "RUNNING", "d", "HEALTHY"))
+
+
+def test_second_node_without_gpus_hides_cuda_and_stops_with_the_cluster():
+    ray = pytest.importorskip("ray")
+    from ray import serve
+
+    from scripts.lab.cluster import LocalCluster
+    from scripts.lab.gpu_probe import GpuProbe
+    from scripts.lab.serve_state import deploy, show_running
+
+    cluster = LocalCluster(num_cpus=2, num_gpus=1).start()
+    try:
+        head = ray.get_runtime_context().get_node_id()
+        cpu_node = cluster.add_node(num_cpus=1, env={"CUDA_VISIBLE_DEVICES": ""})
+        assert cpu_node != head and ray.cluster_resources()["CPU"] == 3 and ray.cluster_resources()["GPU"] == 1
+        assert "CUDA_VISIBLE_DEVICES" not in __import__("os").environ or __import__("os").environ["CUDA_VISIBLE_DEVICES"] != ""
+        deploy(GpuProbe, "spread", {"name": "Spread", "num_replicas": 2, "max_replicas_per_node": 1})
+        show_running("spread", 2, 120)
+        seen = {r["node_id"]: r for r in gc.replica_reports("spread", 2)}
+        assert set(seen) == {head, cpu_node}
+        assert seen[head]["CUDA_VISIBLE_DEVICES"] is None and seen[cpu_node]["CUDA_VISIBLE_DEVICES"] == ""
+        serve.delete("spread")
+        accounted = {"name": "Accounted", "num_replicas": 1, "ray_actor_options": {"num_gpus": 1}}
+        deploy(GpuProbe, "accounted", accounted)
+        show_running("accounted", 1, 120)
+        got = gc.replica_reports("accounted", 1)[0]
+        assert got["node_id"] == head and got["CUDA_VISIBLE_DEVICES"] == ",".join(got["ray_gpu_ids"]) and got["ray_gpu_ids"]
+    finally:
+        left = cluster.stop()
+    assert not left and not [p for p in cluster.pids if is_running(p)]
