@@ -13,16 +13,24 @@ a file or a live Ray cluster), :mod:`~scripts.capacity.packing`, :mod:`~scripts.
 (``python -m scripts.capacity``). Serve's own controller and proxy actors request 0 CPUs and are
 ignored; on a live cluster, other actors already running are not subtracted.
 
+Keys Ray 2.60 no longer takes (``target_num_ongoing_requests_per_replica``, ``max_concurrent_queries``,
+``host`` inside an application, ...) are :mod:`~scripts.capacity.renamed` (the table, with the Ray source
+of each current name) and :mod:`~scripts.capacity.keycheck`: :func:`check_serve_keys` runs before
+``serve deploy`` without a cluster, and :func:`check_capacity` fails its report on them.
+
 The GPU memory of Triton model instances (``instance_group { count }``) is
 :mod:`scripts.triton.memory`; the command line checks both.
 """
 from scripts.capacity.check import check_capacity
 from scripts.capacity.cluster import Cluster, Node, cluster_from_ray, parse_cluster
 from scripts.capacity.findings import Finding, Shortage
+from scripts.capacity.keycheck import check_serve_keys, serve_key_findings, upgrade_serve_keys
+from scripts.capacity.renamed import KEY_CHANGES, KeyChange
 from scripts.capacity.report import CapacityReport, DeploymentResult, NodeUsage
 from scripts.capacity.spec import DeploymentSpec, parse_serve_config
 from scripts.capacity.units import CapacityConfigError, format_bytes, parse_memory
 
-__all__ = ["CapacityConfigError", "CapacityReport", "Cluster", "DeploymentResult", "DeploymentSpec", "Finding",
-           "Node", "NodeUsage", "Shortage", "check_capacity", "cluster_from_ray", "format_bytes", "parse_cluster",
-           "parse_memory", "parse_serve_config"]
+__all__ = ["KEY_CHANGES", "CapacityConfigError", "CapacityReport", "Cluster", "DeploymentResult", "DeploymentSpec",
+           "Finding", "KeyChange", "Node", "NodeUsage", "Shortage", "check_capacity", "check_serve_keys",
+           "cluster_from_ray", "format_bytes", "parse_cluster", "parse_memory", "parse_serve_config",
+           "serve_key_findings", "upgrade_serve_keys"]

@@ -4,11 +4,13 @@
 
     python -m scripts.capacity --serve-config serve.yaml --cluster cluster.yaml
     python -m scripts.capacity --serve-config serve.yaml --live
+    python -m scripts.capacity --serve-config serve.yaml --keys-only   # no cluster: old keys only
     python -m scripts.capacity --engine-config build/engine/trtllm --model-config config.json \\
         --instance-count 4 --gpu-memory 80GiB
 
-Exit status: 0 when everything fits, 1 when something cannot fit, 2 for malformed input
-(a one-line ``error: ...`` on stderr).
+Exit status: 0 when everything fits, 1 when something cannot fit or the Serve config has a key Ray 2.60
+rejects or drops (``target_num_ongoing_requests_per_replica``, ...: :mod:`~scripts.capacity.keycheck`),
+2 for malformed input (a one-line ``error: ...`` on stderr, after any such keys on stdout).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import yaml
 
 from scripts.capacity.check import check_capacity
 from scripts.capacity.cluster import Cluster, cluster_from_ray, parse_cluster
+from scripts.capacity.keycheck import deprecated_key_notes, format_key_report, serve_key_findings, upgrade_serve_keys
 from scripts.capacity.spec import DeploymentSpec, parse_serve_config
 from scripts.capacity.units import CapacityConfigError, require_mapping
 from scripts.triton.memory import KV_CACHE_FREE_GPU_MEM_FRACTION, triton_instance_memory
@@ -52,8 +55,8 @@ def _load_file(path: str | Path, what: str) -> Any:
 
 
 def load_serve_config(path: str | Path) -> list[DeploymentSpec]:
-    """Deployments of a Serve config file (YAML or JSON)."""
-    return parse_serve_config(_load_file(path, "Serve config"))
+    """Deployments of a Serve config file (YAML or JSON), each old key read as its replacement."""
+    return parse_serve_config(upgrade_serve_keys(_load_file(path, "Serve config")))
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -91,6 +94,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     where.add_argument("--cluster", metavar="FILE",
                        help="cluster description: nodes: [{name, CPU, GPU, memory, resources}]")
     where.add_argument("--live", action="store_true", help="read the nodes of the running Ray cluster")
+    where.add_argument("--keys-only", action="store_true",
+                       help="only check the Serve config for keys Ray 2.60 rejects or drops (no cluster needed)")
     parser.add_argument("--address", default=None, help="Ray address for --live (default: auto)")
     parser.add_argument("--engine-config", metavar="FILE", help="engine_config.json (or its directory)")
     parser.add_argument("--model-config", metavar="FILE", help="the model's Hugging Face config.json")
@@ -104,16 +109,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                                           f"(default {KV_CACHE_FREE_GPU_MEM_FRACTION}, the backend's)")
     args = parser.parse_args(argv)
 
+    key_findings: list = []
     try:
         if not args.serve_config and not args.engine_config:
             raise CapacityConfigError("nothing to check: give --serve-config FILE and/or --engine-config FILE")
+        if args.keys_only and not args.serve_config:
+            raise CapacityConfigError("--keys-only needs --serve-config FILE")
         reports = []
         if args.serve_config:
-            if not args.cluster and not args.live:
-                raise CapacityConfigError("--serve-config needs the cluster: --cluster FILE or --live")
-            specs = load_serve_config(args.serve_config)
+            if not args.cluster and not args.live and not args.keys_only:
+                raise CapacityConfigError("--serve-config needs the cluster: --cluster FILE or --live "
+                                          "(or --keys-only to check only its keys)")
+            serve = _load_file(args.serve_config, "Serve config")
+            key_findings = serve_key_findings(serve)
+            if args.keys_only:
+                print(format_key_report(key_findings, deprecated_key_notes(serve)))
+                return 1 if key_findings else 0
+            parse_serve_config(upgrade_serve_keys(serve))  # malformed input fails before connecting to Ray
             cluster = cluster_from_ray(args.address) if args.live else load_cluster(args.cluster)
-            reports.append(check_capacity(specs, cluster))
+            reports.append(check_capacity(serve, cluster))
         if args.engine_config:
             if not args.gpu_memory:
                 raise CapacityConfigError("--engine-config needs --gpu-memory SIZE (e.g. 80GiB)")
@@ -123,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 num_parameters=args.num_parameters, replicas_per_gpu=args.replicas_per_gpu,
                 kv_cache_free_gpu_mem_fraction=args.kv_cache_free_gpu_mem_fraction))
     except CapacityConfigError as exc:
+        if key_findings:  # the keys Ray 2.60 does not take are the first thing to fix: say so anyway
+            print(format_key_report(key_findings))
         print("error: " + " ".join(str(exc).split()), file=sys.stderr)
         return 2
     print("\n\n".join(r.format_report() for r in reports))

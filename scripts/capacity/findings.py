@@ -203,6 +203,27 @@ def single_replica_finding(spec: DeploymentSpec, cluster: Cluster) -> Finding | 
                    "; ".join(fixes))
 
 
+def gpu_not_requested_warning(spec: DeploymentSpec, cluster: Cluster) -> Finding | None:
+    """A warning (not a failure) for a deployment that asks for no GPU on a cluster with GPUs.
+
+    Ray sets no ``CUDA_VISIBLE_DEVICES`` for an actor given no GPU (ray 2.60,
+    ``ray/_private/accelerators/accelerator.py``, ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO``): on a GPU
+    node such a replica sees every GPU, outside Ray's accounting; and nothing keeps it off nodes
+    without GPUs, where a GPU engine inside it cannot load.
+    """
+    if spec.gpu_requests or spec.hides_gpus or cluster.total("GPU") <= 0:
+        return None
+    without = [n.name for n in cluster.nodes if n.gpu <= 0]
+    where = (f"; Ray may also place it on {'a node' if len(without) == 1 else 'nodes'} without GPUs "
+             f"({', '.join(without)}), where a KIND_GPU model cannot load") if without else ""
+    return Finding(spec.full_name, "gpu_not_requested",
+                   f"asks for no GPU on a cluster with {fmt_number(cluster.total('GPU'))} GPU(s): Ray sets no "
+                   f"CUDA_VISIBLE_DEVICES for it, so if it runs a GPU engine it uses GPUs Ray may give to other "
+                   f"replicas{where}",
+                   "if it uses a GPU, give it ray_actor_options.num_gpus (1, or its share); if it must not, hide "
+                   "the GPUs with ray_actor_options.runtime_env.env_vars.RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO: \"1\"")
+
+
 def _pending(n: int) -> str:
     return f"{n} stays PENDING" if n == 1 else f"{n} stay PENDING"
 

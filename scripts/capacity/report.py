@@ -6,6 +6,7 @@ from typing import Mapping
 
 from scripts.capacity.cluster import Cluster
 from scripts.capacity.findings import Finding
+from scripts.capacity.renamed import KEY_KINDS
 from scripts.capacity.spec import DeploymentSpec
 from scripts.capacity.units import fmt_amount, fmt_resources
 
@@ -50,6 +51,7 @@ class CapacityReport:
     deployments: tuple[DeploymentResult, ...]
     findings: tuple[Finding, ...]
     nodes: tuple[NodeUsage, ...]
+    warnings: tuple[Finding, ...] = ()   # worth knowing, but nothing stays pending because of them
 
     @property
     def ok(self) -> bool:
@@ -80,12 +82,21 @@ class CapacityReport:
             reps = ", ".join(f"{name} x{count}" for name, count in n.replicas.items()) or "no replicas"
             lines.append(f"  {n.name}: {used} | {reps}")
         lines.append("")
+        if self.warnings:
+            lines.append("Warnings:")
+            for f in self.warnings:
+                lines.append("  - " + f.format().replace("\n", "\n   "))
+            lines.append("")
         if self.findings:
             lines.append("Findings:")
             for i, f in enumerate(self.findings, 1):
                 lines.append(f"  {i}. " + f.format().replace("\n", "\n   "))
-            lines += ["", f"Result: FAIL ({len(self.findings)} problem(s): "
-                          "replicas that cannot be placed stay PENDING)"]
+            keys = sum(f.kind in KEY_KINDS for f in self.findings)
+            why = "replicas that cannot be placed stay PENDING" if keys < len(self.findings) else ""
+            if keys:
+                why = (f"{keys} Serve config key(s) that Ray 2.60 rejects or drops without an error"
+                       + (f"; {why}" if why else ": fix them before serve deploy"))
+            lines += ["", f"Result: FAIL ({len(self.findings)} problem(s): {why})"]
         else:
             lines.append("Result: OK (every deployment fits at min and max replicas)")
         return "\n".join(lines)

@@ -13,6 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from scripts.capacity.renamed import ACTOR, change_for
 from scripts.capacity.units import (CapacityConfigError, gpu_amount, parse_memory, require_list, require_mapping,
                                     require_number, require_string, typename)
 
@@ -46,6 +47,7 @@ class DeploymentSpec:
     placement_group_bundles: tuple[Mapping[str, float], ...] | None = None
     placement_group_strategy: str = "PACK"
     notes: tuple[str, ...] = ()
+    hides_gpus: bool = False       # its runtime_env hides the GPUs (CUDA_VISIBLE_DEVICES="" or Ray's override on zero)
 
     @property
     def full_name(self) -> str:
@@ -161,6 +163,10 @@ def _parse_deployment(raw: Any, app: str, where: str) -> DeploymentSpec:
     opts_where = f"{where}.ray_actor_options"
     opts = require_mapping(raw.get("ray_actor_options") or {}, opts_where)
     unknown = sorted(set(opts) - set(_ACTOR_OPTIONS) - set(_IGNORED_ACTOR_OPTIONS))
+    removed = [key for key in unknown if change_for(ACTOR, key) is not None]
+    if removed:  # check_capacity reports and drops these first; this is for direct callers
+        raise CapacityConfigError(
+            f"{opts_where}.{removed[0]} was removed from Ray Serve (Ray 2.60 drops it without an error): delete it")
     if unknown:
         raise CapacityConfigError(
             f"{opts_where} has unknown option(s) {', '.join(map(repr, unknown))}: use "
@@ -194,7 +200,17 @@ def _parse_deployment(raw: Any, app: str, where: str) -> DeploymentSpec:
         resources=_parse_resources(opts.get("resources") or {}, f"{opts_where}.resources"),
         accelerator_type=accelerator, autoscaling=autoscaling, max_replicas_per_node=per_node,
         placement_group_bundles=bundles, placement_group_strategy=strategy, notes=tuple(notes),
+        hides_gpus=_hides_gpus(opts.get("runtime_env")),
     )
+
+
+def _hides_gpus(runtime_env: Any) -> bool:
+    """Whether a replica's ``runtime_env`` keeps CUDA from showing it GPUs when it asks for none:
+    ``CUDA_VISIBLE_DEVICES=""``, or ``RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO=1``, with which Ray sets it to
+    ``""`` for an actor given no GPU (ray 2.60, ``ray/_private/utils.py`` ``set_visible_accelerator_ids``)."""
+    env = (runtime_env or {}).get("env_vars") or {} if isinstance(runtime_env, dict) else {}
+    return (env.get("CUDA_VISIBLE_DEVICES") == ""
+            or str(env.get("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "")).lower() in ("1", "true"))
 
 
 def parse_serve_config(config: Any) -> list[DeploymentSpec]:
