@@ -23,6 +23,7 @@ from typing import Any, Callable
 from scripts.profiles import Profile
 
 #: Triton's log lines that say why a model did not load.
+_REASON = re.compile(r"(out of memory|OutOfMemory|UNAVAILABLE|failed to load)")
 _LOAD_ERROR = re.compile(r"(out of memory|OutOfMemory|failed to load|UNAVAILABLE|[Ee]rror:|no GPU|GPU.*not|CUDA)")
 
 
@@ -60,18 +61,23 @@ def memory_by_pid() -> dict[int, int]:
             if pid.isdigit() and used.isdigit()}
 
 
-def replica_reports(app: str, replicas: int, timeout_s: float = 60, method: str = "report") -> list[dict]:
-    """The report of each of the ``replicas`` running replicas of ``app`` (calls its handle until
-    every replica has answered once), in a stable order: by node, then by replica id."""
-    from ray import serve  # noqa: PLC0415
+def replica_reports(base_url: str, app: str, replicas: int, timeout_s: float = 60,
+                    get: Callable[..., Any] | None = None) -> list[dict]:
+    """The report of each of the ``replicas`` running replicas of ``app``, asked over HTTP through
+    Serve's proxy (``GET {base_url}/{app}`` until every replica has answered once; a notebook's kernel
+    runs an event loop, in which a deployment handle's blocking ``.result()`` is refused), in a stable
+    order: by node, then by replica id."""
+    import requests  # noqa: PLC0415
 
-    handle = serve.get_app_handle(app)
+    get = get or requests.get
     seen: dict[str, dict] = {}
     deadline = time.monotonic() + timeout_s
     while len(seen) < replicas:
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {len(seen)} of {replicas} replicas of {app!r} answered in {timeout_s:g} s")
-        report = getattr(handle, method).remote().result(timeout_s=timeout_s)
+        response = get(f"{base_url}/{app}", timeout=timeout_s)
+        response.raise_for_status()
+        report = response.json()
         seen[report["replica"]] = report
     return sorted(seen.values(), key=lambda r: (r["node_id"], r["replica"]))
 
@@ -131,6 +137,8 @@ class TritonLoad:
     gpu_used_bytes: int = 0
 
     def format(self) -> str:
+        if self.loaded and not self.instance_bytes:
+            return "Triton ready (the model loaded)"
         if self.loaded:
             each = ", ".join(f"{b / 2**30:.1f}" for b in self.instance_bytes)
             return (f"Triton ready: {len(self.instance_bytes)} instance(s) on the GPU holding [{each}] GiB "
@@ -139,14 +147,18 @@ class TritonLoad:
 
 
 def error_lines(log: str, limit: int = 6) -> list[str]:
-    """The lines of a Triton log that say why a model did not load (timestamps cut, deduplicated)."""
-    out: list[str] = []
+    """The lines of a Triton log that say why a model did not load (timestamps cut, deduplicated):
+    the model's own reasons (out of memory, UNAVAILABLE, failed to load) first, then the last other
+    error line (the server's verdict)."""
+    reasons: list[str] = []
+    others: list[str] = []
     for line in log.splitlines():
         if _LOAD_ERROR.search(line):
             text = re.sub(r"^[EIW]\d{4} [\d:.]+ \d+ [\w.]+:\d+\] ", "", line.strip())[:400]
-            if text not in out:
-                out.append(text)
-    return out[-limit:]
+            target = reasons if _REASON.search(text) else others
+            if text not in target:
+                target.append(text)
+    return reasons[-(limit - 1):] + others[-1:] if others else reasons[-limit:]
 
 
 def load_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dict[int, int]] | None = memory_by_pid,
@@ -159,10 +171,14 @@ def load_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dict[i
     try:
         server.start(timeout_s=timeout_s)
     except TritonStartError as exc:
-        return TritonLoad(False, time.monotonic() - start, error_lines(str(exc)) or str(exc).splitlines()[-3:])
+        try:  # the whole log: with many instances the reason lies far above the exception's last lines
+            log = server.log_path.read_text(errors="replace")
+        except OSError:
+            log = str(exc)
+        return TritonLoad(False, time.monotonic() - start, error_lines(log) or str(exc).splitlines()[-3:])
     try:
         seconds = time.monotonic() - start
-        members = set(server.group_members())
+        members = set(server.group_members()) - {server.pid}  # the stubs: one per instance (the server holds a context)
         per_pid = measure() if measure else {}
         used = sum(g["used_bytes"] for g in smi()) if smi else 0
         return TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in members), used)

@@ -26,11 +26,12 @@ def notebook_paths(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None
     return paths
 
 
-def execute(path: Path, output: Path, profile: str, progress: bool = True) -> float:
-    """Run one notebook top to bottom; papermill's bar counts its cells as they run (on stderr)."""
+def execute(path: Path, output: Path, profile: str, progress: bool = True, parameters: dict | None = None) -> float:
+    """Run one notebook top to bottom; papermill's bar counts its cells as they run (on stderr).
+    ``parameters`` replace values of the notebook's ``parameters`` cell (``PROFILE`` comes from ``profile``)."""
     import papermill as pm
 
-    parameters = {} if profile == DEFAULT_PROFILE else {"PROFILE": profile}
+    parameters = dict(parameters or {}) | ({} if profile == DEFAULT_PROFILE else {"PROFILE": profile})
     start = time.monotonic()
     pm.execute_notebook(str(path), str(output), parameters=parameters, cwd=str(path.parent),
                         kernel_name="python3", language="python", progress_bar=progress and {"desc": path.stem[:2], "unit": "cell"},

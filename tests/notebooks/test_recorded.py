@@ -120,6 +120,31 @@ def test_06_conflicts_reproduced_and_fixed():
     assert running["override_too_big"] == running["override_picky"] == 1
     assert r["instance_count_loads"] == (r["instance_count"] <= r["max_safe_instance_count"])
     assert r["max_safe_instance_count_shared"] <= r["max_safe_instance_count"]
+    # num_gpus: 0 sees the node's GPUs (no CUDA_VISIBLE_DEVICES); num_gpus: 1 gets its GPU; the override hides them
+    no_gpu = r["no_gpu_replica"]
+    assert no_gpu["cuda_visible_devices"] is None and no_gpu["hidden"] == "" and no_gpu["accounted"]
+    # two nodes: the replica without num_gpus on the GPU-less node saw no GPU; with num_gpus only the head ran it
+    assert set(r["two_nodes"]) == {"head", "cpu-node"} and r["two_nodes"]["cpu-node"]["cuda_visible_devices"] == ""
+    assert r["two_nodes_fixed"] == ["head"]
+    assert r["renamed_keys"] == ["max_concurrent_queries", "target_num_ongoing_requests_per_replica"]
+    real = r["real_gpu"]
+    assert (real is None) == bool(load_profile(r["profile"])["logical_gpus"])
+    if real is not None:
+        assert no_gpu["cuda_available"] and no_gpu["held_bytes"] > 0
+        assert r["two_nodes"]["head"]["triton"].startswith("Triton ready")
+        assert r["two_nodes"]["cpu-node"]["triton"].startswith("Triton did not load")
+        # two engines on one GPU: the second failed in CUDA exactly when the estimate said so; sized to their
+        # share both ran, each holding its engine and a KV cache
+        assert real["latecomer_status"] == ("RUNNING" if real["shared_predicted_fits"] else "DEPLOY_FAILED")
+        assert real["shared_predicted_fits"] or "OutOfMemoryError" in real["latecomer_error"]
+        assert all(b > real["shared_engine_bytes"] for b in real["shared_held_bytes"].values())
+        # instance_group: "may fail" is either outcome; the safe fraction loaded every instance, each holding more
+        # than its engine, all within the GPU
+        assert real["instances_verdict"] == "may fail" or real["instances_loaded"] == (real["instances_verdict"] == "loads")
+        if real["instances_fixed_fraction"] is not None:
+            assert real["instances_fixed_loaded"] and len(real["instance_bytes"]) == real["instance_count"]
+            assert all(b > real["instance_engine_bytes"] for b in real["instance_bytes"])
+            assert sum(real["instance_bytes"]) <= real["gpu_free_bytes"]
 
 
 @pytest.mark.parametrize("notebook", ["00_check_environment", "03_verify_engine", "04_launch_triton_server"])

@@ -67,6 +67,7 @@ def test_error_lines_keep_the_reason_without_timestamps():
 def test_triton_load_format():
     assert gc.TritonLoad(True, 1.0, [], [2**30, 3 * 2**30]).format().startswith(
         "Triton ready: 2 instance(s) on the GPU holding [1.0, 3.0] GiB (4.0 GiB in all)")
+    assert gc.TritonLoad(True, 1.0).format() == "Triton ready (the model loaded)"
     assert gc.TritonLoad(False, 1.0, ["failed to load"]).format() == "Triton did not load the model:\n  failed to load"
 
 
@@ -133,14 +134,14 @@ def test_second_node_without_gpus_hides_cuda_and_stops_with_the_cluster():
         assert "CUDA_VISIBLE_DEVICES" not in __import__("os").environ or __import__("os").environ["CUDA_VISIBLE_DEVICES"] != ""
         deploy(GpuProbe, "spread", {"name": "Spread", "num_replicas": 2, "max_replicas_per_node": 1})
         show_running("spread", 2, 120)
-        seen = {r["node_id"]: r for r in gc.replica_reports("spread", 2)}
+        seen = {r["node_id"]: r for r in gc.replica_reports(cluster.base_url, "spread", 2)}
         assert set(seen) == {head, cpu_node}
         assert seen[head]["CUDA_VISIBLE_DEVICES"] is None and seen[cpu_node]["CUDA_VISIBLE_DEVICES"] == ""
         serve.delete("spread")
         accounted = {"name": "Accounted", "num_replicas": 1, "ray_actor_options": {"num_gpus": 1}}
         deploy(GpuProbe, "accounted", accounted)
         show_running("accounted", 1, 120)
-        got = gc.replica_reports("accounted", 1)[0]
+        got = gc.replica_reports(cluster.base_url, "accounted", 1)[0]
         assert got["node_id"] == head and got["CUDA_VISIBLE_DEVICES"] == ",".join(got["ray_gpu_ids"]) and got["ray_gpu_ids"]
     finally:
         left = cluster.stop()
