@@ -47,8 +47,10 @@ class Cluster:
 
     def anonymized(self) -> "Cluster":
         """The same resources with node names ``node0``, ``node1``... and memory left out: what a
-        notebook prints of a live cluster without machine-specific values."""
-        return Cluster(tuple(replace(n, name=f"node{i}", memory=None) for i, n in enumerate(self.nodes)))
+        notebook prints of a live cluster without machine-specific values. Nodes come in a stable order
+        (most GPUs first, then most CPUs), not Ray's, which follows random node ids."""
+        ordered = sorted(self.nodes, key=lambda n: (-n.gpu, -n.cpu, sorted(n.resources.items())))
+        return Cluster(tuple(replace(n, name=f"node{i}", memory=None) for i, n in enumerate(ordered)))
 
     def format(self) -> str:
         keys = ("CPU", "GPU", "memory")

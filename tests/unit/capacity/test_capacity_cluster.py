@@ -70,3 +70,9 @@ def test_anonymized_cluster_hides_names_and_memory():
     assert [n.name for n in shown.nodes] == ["node0", "node1"] and all(n.memory is None for n in shown.nodes)
     assert shown.total("GPU") == 2 and shown.nodes[0].resources == {"accelerator_type:H100": 1.0}
     assert "10.0.0.7" not in shown.format() and "memory" not in shown.format()
+
+
+def test_anonymized_cluster_orders_nodes_by_their_resources():
+    from scripts.capacity import Cluster, Node
+    shown = Cluster((Node("b", cpu=2), Node("a", cpu=8, gpu=2), Node("c", cpu=4))).anonymized()
+    assert [(n.name, n.gpu, n.cpu) for n in shown.nodes] == [("node0", 2, 8), ("node1", 0, 4), ("node2", 0, 2)]
