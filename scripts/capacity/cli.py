@@ -104,9 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--instance-count", type=int, default=1, help="Triton instance_group count (default 1)")
     parser.add_argument("--gpu-memory", metavar="SIZE", help="memory of one GPU, e.g. 80GiB")
     parser.add_argument("--replicas-per-gpu", type=int, default=1, help="Serve replicas sharing one GPU (default 1)")
-    parser.add_argument("--kv-cache-free-gpu-mem-fraction", type=float, default=KV_CACHE_FREE_GPU_MEM_FRACTION,
-                        metavar="F", help="TensorRT-LLM: share of the free GPU memory each instance's KV cache takes "
-                                          f"(default {KV_CACHE_FREE_GPU_MEM_FRACTION}, the backend's)")
+    parser.add_argument("--kv-cache-free-gpu-mem-fraction", type=float, default=None, metavar="F",
+                        help="TensorRT-LLM, transformers: share of the free GPU memory each instance's KV cache takes "
+                             f"(default: the engine config's, else {KV_CACHE_FREE_GPU_MEM_FRACTION}, TensorRT-LLM's)")
+    parser.add_argument("--parallel-loading", action="store_true",
+                        help="the instances start together (Triton's Python backend): give the worst case too")
     args = parser.parse_args(argv)
 
     key_findings: list = []
@@ -135,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             reports.append(triton_instance_memory(
                 engine, args.instance_count, args.gpu_memory, model,
                 num_parameters=args.num_parameters, replicas_per_gpu=args.replicas_per_gpu,
-                kv_cache_free_gpu_mem_fraction=args.kv_cache_free_gpu_mem_fraction))
+                kv_cache_free_gpu_mem_fraction=args.kv_cache_free_gpu_mem_fraction,
+                parallel_loading=args.parallel_loading))
     except CapacityConfigError as exc:
         if key_findings:  # the keys Ray 2.60 does not take are the first thing to fix: say so anyway
             print(format_key_report(key_findings))

@@ -1,7 +1,7 @@
 """Notebook 06 on a real GPU: the memory conflicts produced, measured and fixed.
 
 * :func:`gpu_skip_reason`: why the real-GPU cases cannot run here (None when they can);
-* :func:`gpu_memory` / :func:`memory_by_pid`: what ``nvidia-smi`` reports (the notebook's kernel never
+* :func:`gpu_memory` / :func:`gpu_free_bytes` / :func:`memory_by_pid`: what ``nvidia-smi`` reports (the notebook's kernel never
   touches CUDA itself, so it holds no memory of the GPU it measures);
 * :func:`replica_reports`: what every replica of a :class:`scripts.lab.gpu_probe.GpuProbe`
   deployment sees (node, ``CUDA_VISIBLE_DEVICES``, CUDA's devices, the memory it holds);
@@ -16,7 +16,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -55,27 +55,33 @@ def gpu_memory() -> list[dict[str, Any]]:
              "used_bytes": int(used) * 2**20} for i, name, uuid, total, used in rows]
 
 
+def gpu_free_bytes(index: int = 0) -> int:
+    """Memory of GPU ``index`` that no process holds, in bytes (total minus used, by ``nvidia-smi``)."""
+    gpu = next((g for g in gpu_memory() if g["index"] == index), None)
+    if gpu is None:
+        raise ValueError(f"nvidia-smi lists no GPU {index}")
+    return gpu["total_bytes"] - gpu["used_bytes"]
+
+
 def memory_by_pid() -> dict[int, int]:
     """GPU memory (bytes) of each process using a GPU (``nvidia-smi --query-compute-apps``)."""
     return {int(pid): int(used) * 2**20 for pid, used in _smi("pid,used_memory", "compute-apps")
             if pid.isdigit() and used.isdigit()}
 
 
-def replica_reports(base_url: str, app: str, replicas: int, timeout_s: float = 60,
-                    get: Callable[..., Any] | None = None) -> list[dict]:
+def replica_reports(base_url: str, app: str, replicas: int, timeout_s: float = 60) -> list[dict]:
     """The report of each of the ``replicas`` running replicas of ``app``, asked over HTTP through
     Serve's proxy (``GET {base_url}/{app}`` until every replica has answered once; a notebook's kernel
     runs an event loop, in which a deployment handle's blocking ``.result()`` is refused), in a stable
     order: by node, then by replica id."""
     import requests  # noqa: PLC0415
 
-    get = get or requests.get
     seen: dict[str, dict] = {}
     deadline = time.monotonic() + timeout_s
     while len(seen) < replicas:
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {len(seen)} of {replicas} replicas of {app!r} answered in {timeout_s:g} s")
-        response = get(f"{base_url}/{app}", timeout=timeout_s)
+        response = requests.get(f"{base_url}/{app}", timeout=timeout_s)
         response.raise_for_status()
         report = response.json()
         seen[report["replica"]] = report
@@ -99,30 +105,28 @@ def format_visibility(report: dict[str, Any], node_names: dict[str, str]) -> str
 
 def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction: float | None = None) -> Path:
     """A model repository holding only the profile's engine model with ``instance_group { count:
-    count }``; ``fraction`` replaces the engine config's ``kv_cache_free_gpu_mem_fraction`` (in a copy of
-    the engine directory's config, pointing at the same weights)."""
+    count }``. ``fraction``: the KV cache's share of the free memory, where the engine reads it:
+    TensorRT-LLM from its ``config.pbtxt`` parameter, transformers from the engine config (a copy of
+    it, pointing at the same weights)."""
     from scripts.engine.config import ENGINE_CONFIG, read_engine_config  # noqa: PLC0415
-    from scripts.paths import TEMPLATE_DIR  # noqa: PLC0415
-    from scripts.triton.repository.fill import ENGINE_MODEL, RepoSettings, template_values  # noqa: PLC0415
-    from scripts.triton.repository.fill_template import fill_repository  # noqa: PLC0415
+    from scripts.triton.repository.fill import ENGINE_MODEL, RepoSettings, fill_for_profile  # noqa: PLC0415
 
     if int(count) < 1:
         raise ValueError(f"instance count must be 1 or more, got {count!r}")
     engine_dir = profile.path("engine_dir")
     config = read_engine_config(engine_dir)
+    settings = RepoSettings(engine_instance_count=int(count))
     if fraction is not None:
         if not 0 < fraction < 1:
             raise ValueError(f"kv_cache_free_gpu_mem_fraction must be within (0, 1), got {fraction!r}")
-        variant = Path(out_dir) / "engine"
-        variant.mkdir(parents=True, exist_ok=True)
-        config = config | {"kv_cache_free_gpu_mem_fraction": fraction}
-        (variant / ENGINE_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
-        engine_dir = variant
-    model = ENGINE_MODEL[config["engine"]]
-    values = template_values(config | {"_engine_dir": str(engine_dir), "engine_dir": str(engine_dir)},
-                             RepoSettings(engine_instance_count=int(count)))
+        settings = replace(settings, kv_cache_free_gpu_mem_fraction=fraction)
+        if config["engine"] != "tensorrt_llm":
+            engine_dir = Path(out_dir) / "engine"
+            engine_dir.mkdir(parents=True, exist_ok=True)
+            variant = {k: v for k, v in config.items() if k != "engine_dir"} | {"kv_cache_free_gpu_mem_fraction": fraction}
+            (engine_dir / ENGINE_CONFIG).write_text(json.dumps(variant, indent=2) + "\n")
     repo = Path(out_dir) / "repository"
-    fill_repository(TEMPLATE_DIR, repo, {model: values[model]}, models=[model])
+    fill_for_profile(profile, settings, output_dir=repo, engine_dir=engine_dir, models=[ENGINE_MODEL[config["engine"]]])
     return repo
 
 
@@ -134,7 +138,6 @@ class TritonLoad:
     seconds: float
     errors: list[str] = field(default_factory=list)
     instance_bytes: list[int] = field(default_factory=list)   # per stub process, sorted
-    gpu_used_bytes: int = 0
 
     def format(self) -> str:
         if self.loaded and not self.instance_bytes:
@@ -161,8 +164,8 @@ def error_lines(log: str, limit: int = 6) -> list[str]:
     return reasons[-(limit - 1):] + others[-1:] if others else reasons[-limit:]
 
 
-def load_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dict[int, int]] | None = memory_by_pid,
-                smi: Callable[[], list[dict]] | None = gpu_memory) -> TritonLoad:
+def load_triton(repo: Path, timeout_s: float = 300,
+                measure: Callable[[], dict[int, int]] | None = memory_by_pid) -> TritonLoad:
     """Start Triton on ``repo``; on success measure each instance's GPU memory, then stop it."""
     from scripts.triton.server import TritonServer, TritonStartError  # noqa: PLC0415
 
@@ -180,8 +183,7 @@ def load_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dict[i
         seconds = time.monotonic() - start
         members = set(server.group_members()) - {server.pid}  # the stubs: one per instance (the server holds a context)
         per_pid = measure() if measure else {}
-        used = sum(g["used_bytes"] for g in smi()) if smi else 0
-        return TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in members), used)
+        return TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in members))
     finally:
         server.stop()
 

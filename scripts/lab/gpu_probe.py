@@ -38,8 +38,7 @@ def visibility() -> dict[str, Any]:
     if available:
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            devices.append({"name": props.name, "uuid": f"GPU-{props.uuid}",
-                            "total_bytes": int(props.total_memory)})
+            devices.append({"name": props.name, "uuid": f"GPU-{props.uuid}"})
     return {"node_id": ray.get_runtime_context().get_node_id(), "ray_gpu_ids": [str(i) for i in ray.get_gpu_ids()],
             "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES"), "cuda_available": available,
             "devices": devices}
@@ -94,10 +93,11 @@ class GpuProbe:
         if triton_repo:  # start Triton on the repository, as the tutorial's replicas do; say how it went
             from scripts.lab.gpu_conflicts import load_triton  # noqa: PLC0415
 
-            self.triton = load_triton(Path(triton_repo), measure=None, smi=None).format()
+            self.triton = load_triton(Path(triton_repo), measure=None).format()
 
     def report(self) -> dict[str, Any]:
-        return visibility() | {"claimed": self.claimed, "triton": self.triton, "replica": serve.get_replica_context().replica_id.unique_id}
+        return visibility() | {"claimed": self.claimed, "triton": self.triton,
+                               "replica": serve.get_replica_context().replica_id.unique_id}
 
     def __call__(self, request) -> dict[str, Any]:
         return self.report()

@@ -94,15 +94,18 @@ def instance_kind(engine_config: dict[str, Any], s: RepoSettings) -> str:
     return kind
 
 
-def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), output_dir: Path | None = None) -> dict[str, Any]:
-    """Fill the profile's models into ``build/triton_repo/<profile>``; returns what was written."""
-    engine_dir = profile.path("engine_dir")
+def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), output_dir: Path | None = None,
+                     engine_dir: Path | None = None, models: list[str] | None = None) -> dict[str, Any]:
+    """Fill the profile's models into ``build/triton_repo/<profile>``; returns what was written.
+    ``engine_dir`` replaces the profile's engine directory; ``models`` fills only those models."""
+    engine_dir = engine_dir or profile.path("engine_dir")
     engine_config = read_engine_config(engine_dir) | {"_engine_dir": str(engine_dir)}
     values = template_values(engine_config, settings)
+    models = list(values) if models is None else list(models)
     output_dir = output_dir or repo_dir(profile)
     output_dir.mkdir(parents=True, exist_ok=True)
-    written = fill_repository(TEMPLATE_DIR, output_dir, values, models=list(values))
-    if "vllm_model" in values:  # the standalone model's engine arguments, as the official vLLM backend reads them
+    written = fill_repository(TEMPLATE_DIR, output_dir, {m: values[m] for m in models if m in values}, models=models)
+    if "vllm_model" in models:  # the standalone model's engine arguments, as the official vLLM backend reads them
         kwargs = vllm_engine_kwargs(engine_config) | {"kv_cache_space_gib": engine_config.get("kv_cache_space_gib", 1)}
         (output_dir / "vllm_model" / "1" / "model.json").write_text(json.dumps(kwargs, indent=2) + "\n")
     return {"repository": str(output_dir), "models": sorted(p.name for p in written), "settings": asdict(settings)}

@@ -101,3 +101,16 @@ def test_cli_as_a_module_prints_one_line_error(tmp_path):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == ("error: applications[0].deployments[0].ray_actor_options.num_gpus "
                            "must be a number >= 0, got 'one'\n")
+
+
+def test_cli_takes_the_engine_configs_fraction_and_the_parallel_worst_case(files, capsys):
+    engine = {"engine": "transformers", "dtype": "bfloat16", "max_num_seqs": 64, "max_model_len": 2048,
+              "kv_cache_free_gpu_mem_fraction": 0.5}
+    args = ["--engine-config", files("engine_config.json", engine), "--model-config", files("config.json", LLAMA_3_2_1B),
+            "--gpu-memory", "140GiB", "--instance-count", "8"]
+    assert main(args) == 1
+    sequential = capsys.readouterr().out
+    assert "0.5 of the GPU memory still free" in sequential and "loading in parallel" not in sequential
+    assert main(args + ["--parallel-loading"]) == 1
+    parallel = capsys.readouterr().out
+    assert "loading in parallel" in parallel and "Result: MAY FAIL" in parallel

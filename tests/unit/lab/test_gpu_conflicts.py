@@ -52,6 +52,9 @@ def test_smi_parsing(monkeypatch):
     assert gc.gpu_memory() == [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-abc", "total_bytes": 143771 * 2**20,
                                 "used_bytes": 512 * 2**20}]
     assert gc.memory_by_pid() == {123: 2048 * 2**20}
+    assert gc.gpu_free_bytes() == (143771 - 512) * 2**20
+    with pytest.raises(ValueError, match="no GPU 1"):
+        gc.gpu_free_bytes(1)
 
 
 def test_error_lines_keep_the_reason_without_timestamps():
@@ -95,6 +98,16 @@ def test_engine_only_repository_overrides_the_fraction(tmp_path, monkeypatch):
     variant = json.loads((tmp_path / "out" / "engine" / "engine_config.json").read_text())
     assert variant["kv_cache_free_gpu_mem_fraction"] == 0.25 and variant["model_dir"] == "/m"
     assert f'"{tmp_path / "out" / "engine"}"' in config
+    # TensorRT-LLM reads the fraction from its config.pbtxt parameter, not from an engine config copy
+    trtllm = tmp_path / "trtllm"
+    trtllm.mkdir()
+    (trtllm / "engine_config.json").write_text(json.dumps({"engine": "tensorrt_llm", "engine_dir": str(trtllm),
+                                                           "model_dir": "/m", "max_seq_len": 64, "dtype": "float16",
+                                                           "max_model_len": 64}))
+    monkeypatch.setattr(type(profile), "path", lambda self, key: trtllm)
+    repo = gc.engine_only_repository(profile, tmp_path / "t", count=2, fraction=0.3)
+    config = (repo / "tensorrt_llm" / "config.pbtxt").read_text()
+    assert "count: 2" in config and "0.3" in config and not (tmp_path / "t" / "engine").exists()
     with pytest.raises(ValueError, match="instance count"):
         gc.engine_only_repository(profile, tmp_path / "x", count=0)
     with pytest.raises(ValueError, match="within"):
