@@ -25,7 +25,7 @@ import yaml
 from scripts.capacity.check import check_capacity
 from scripts.capacity.cluster import Cluster, cluster_from_ray, parse_cluster
 from scripts.capacity.keycheck import deprecated_key_notes, format_key_report, serve_key_findings, upgrade_serve_keys
-from scripts.capacity.spec import DeploymentSpec, parse_serve_config
+from scripts.capacity.spec import parse_serve_config
 from scripts.capacity.units import CapacityConfigError, require_mapping
 from scripts.triton.memory import KV_CACHE_FREE_GPU_MEM_FRACTION, triton_instance_memory
 
@@ -52,11 +52,6 @@ def _load_file(path: str | Path, what: str) -> Any:
     if data is None:
         raise CapacityConfigError(f"the {what} {path} is empty")
     return data
-
-
-def load_serve_config(path: str | Path) -> list[DeploymentSpec]:
-    """Deployments of a Serve config file (YAML or JSON), each old key read as its replacement."""
-    return parse_serve_config(upgrade_serve_keys(_load_file(path, "Serve config")))
 
 
 def load_cluster(path: str | Path) -> Cluster:
