@@ -18,6 +18,8 @@ Run it::
 """
 from __future__ import annotations
 
+import hmac
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -40,6 +42,10 @@ __all__ = ["APP_NAME", "DEPLOYMENT_NAME", "BUILDER_ARGS", "TritonDeployment", "T
            "config_path", "fill_serve_repository", "replica_service", "serve_repo_dir"]
 
 BUILDER_ARGS = ("profile", "model_repository", "mode", "served_model_name")
+
+#: The one setting that turns on the bearer-token check: the key, in the replicas' environment
+#: (``runtime_env: {env_vars: {TUTORIAL_API_KEY: ...}}``, or exported before ``ray start``/``serve run``).
+API_KEY_ENV = "TUTORIAL_API_KEY"
 
 api = FastAPI(title="LLM on Triton behind Ray Serve", description="OpenAI-compatible routes over a Triton ensemble")
 
@@ -67,6 +73,42 @@ async def replica_service() -> LLMService:
 Service = Annotated[LLMService, Depends(replica_service)]
 
 
+async def require_api_key(request: Request, service: Service) -> None:
+    """401 unless the request carries ``Authorization: Bearer <key>`` when the replica has a key
+    (as OpenAI and ``vllm serve --api-key`` answer; the ``openai`` client sends its ``api_key`` so)."""
+    if service.api_key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), service.api_key.encode()):
+        raise OpenAIError(401, f"missing or wrong API key: send the header 'Authorization: Bearer <key>' with the key "
+                          f"the server was given in ${API_KEY_ENV}", code="invalid_api_key")
+
+
+async def json_body(request: Request, service: Service) -> bytes:
+    """The raw body of a JSON route: 415 for another content type, 413 beyond the service's limit
+    (checked on ``Content-Length`` before anything is read, and while reading a chunked body)."""
+    media_type = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if media_type != "application/json" and not media_type.endswith("+json"):
+        raise OpenAIError(415, f"the body must be JSON sent as 'Content-Type: application/json', got {media_type!r} "
+                          "(curl -d sends form data unless given -H 'Content-Type: application/json')")
+    limit = service.max_body_bytes
+    too_large = OpenAIError(413, f"the request body is larger than this server's limit of {limit} bytes: "
+                            f"the model's context ({service.facts.max_model_len} tokens) cannot hold it anyway")
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+Authorized = [Depends(require_api_key)]
+Body = Annotated[bytes, Depends(json_body)]
+
+
 def _reply(reply: Reply) -> Any:
     return reply if isinstance(reply, dict) else StreamingResponse(reply, media_type="text/event-stream")
 
@@ -77,26 +119,26 @@ async def health(service: Service) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-@api.get("/v1/models")
+@api.get("/v1/models", dependencies=Authorized)
 async def models(service: Service) -> dict[str, Any]:
     return service.models()
 
 
-@api.get("/generate")
+@api.get("/generate", dependencies=Authorized)
 async def generate(service: Service, query: str = Query(..., description="the prompt"),
                    max_tokens: int = Query(64, description="tokens to generate at most")) -> dict[str, Any]:
     """The first seed's route: greedy text for a prompt."""
     return await service.generate(query, max_tokens)
 
 
-@api.post("/v1/chat/completions")
-async def chat_completions(request: Request, service: Service):
-    return _reply(await service.chat_completions(await request.body()))
+@api.post("/v1/chat/completions", dependencies=Authorized)
+async def chat_completions(body: Body, service: Service):
+    return _reply(await service.chat_completions(body))
 
 
-@api.post("/v1/completions")
-async def completions(request: Request, service: Service):
-    return _reply(await service.completions(await request.body()))
+@api.post("/v1/completions", dependencies=Authorized)
+async def completions(body: Body, service: Service):
+    return _reply(await service.completions(body))
 
 
 # -- the replica ------------------------------------------------------------------------------
@@ -110,7 +152,8 @@ class TritonReplica:
         facts = repository_facts(repo, model_name)
         tokenizer = load_tokenizer(facts.tokenizer_dir)  # before Triton: a broken tokenizer fails fast
         backend = make_backend(repo, model_name, mode, ready_timeout_s)
-        self.service = LLMService(backend, facts, tokenizer, served_model_name, default_max_tokens)
+        self.service = LLMService(backend, facts, tokenizer, served_model_name, default_max_tokens,
+                                  api_key=os.environ.get(API_KEY_ENV) or None)
 
     async def check_health(self) -> None:
         """Serve calls this periodically: a replica whose Triton model is not ready is replaced."""

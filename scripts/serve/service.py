@@ -21,6 +21,7 @@ from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, chunk_b
                                       parse_chat_request, parse_completion_request, resolve_max_tokens, response_body,
                                       sse, usage)
 from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
+from scripts.triton.backend.steps import check_prompt_bytes, longest_token_bytes
 from scripts.triton.client import Chunk, EnsembleRequest, TritonLLM, TritonRequestError, ensemble_inputs
 from scripts.triton.repository.fill import RepositoryFacts
 
@@ -35,6 +36,12 @@ def load_tokenizer(tokenizer_dir: str) -> Any:
     return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
+def max_body_bytes(max_model_len: int) -> int:
+    """The largest request body worth reading: 1 MiB, or 64 bytes per token of context where that is
+    more (a token is a few characters; JSON escapes a character in at most 12 bytes)."""
+    return max(1 << 20, 64 * int(max_model_len))
+
+
 def triton_failed(exc: TritonRequestError) -> OpenAIError:
     """What a client sees when Triton refuses or fails a request the app had accepted."""
     return OpenAIError(500, f"Triton could not serve the request: {exc}", type="server_error")
@@ -44,9 +51,12 @@ class LLMService:
     """The OpenAI routes' logic over one Triton ensemble."""
 
     def __init__(self, backend: TritonLLM, facts: RepositoryFacts, tokenizer: Any, served_model_name: str,
-                 default_max_tokens: int = 64):
+                 default_max_tokens: int = 64, api_key: str | None = None):
         self.backend, self.facts, self.tokenizer = backend, facts, tokenizer
+        self.api_key = api_key  # None: no bearer token is asked for (scripts.serve.app.require_api_key)
+        self.max_body_bytes = max_body_bytes(facts.max_model_len)
         self.vocab_size = len(tokenizer)
+        self.longest_token = longest_token_bytes(tokenizer)
         self.served_model_name, self.default_max_tokens = served_model_name, int(default_max_tokens)
         self.created = int(time.time())
         self.closed = False
@@ -126,6 +136,11 @@ class LLMService:
         return self._events(gen, first, chunks, prompt_tokens, max_tokens)
 
     def _prepare(self, gen: Generation) -> tuple[dict, int, int]:
+        try:  # before tokenizing: a huge prompt would hold this replica's event loop for seconds
+            check_prompt_bytes(gen.prompt, self.longest_token, self.facts.max_model_len)
+        except ValueError as exc:
+            raise OpenAIError(400, str(exc), param="messages" if gen.kind == "chat" else "prompt",
+                              code="context_length_exceeded") from None
         prompt_tokens = len(self.tokenizer(gen.prompt)["input_ids"])  # as the preprocessing model counts them
         max_tokens = resolve_max_tokens(gen, prompt_tokens, self.facts.max_model_len, self.default_max_tokens)
         request = EnsembleRequest(gen.prompt, max_tokens, stream=gen.stream and self.facts.decoupled,

@@ -281,6 +281,30 @@ class ManagedTriton:
         self.server.stop()
 
 
+class AttachedTriton:
+    """A running Triton this process did not start (one Triton shared by several clients): called
+    through the asyncio gRPC client like :class:`ManagedTriton`, never stopped from here."""
+
+    mode = "attached"
+
+    def __init__(self, grpc_url: str, model_repository: str | Path, model_name: str = "ensemble"):
+        self.grpc_url, self.model_repository, self.model_name = grpc_url, str(model_repository), model_name
+        self.ensemble = GrpcEnsemble(grpc_url, model_name, ensemble_outputs(model_repository, model_name))
+
+    async def ready(self) -> bool:
+        return await self.ensemble.ready()
+
+    def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
+        return self.ensemble.generate(inputs)
+
+    def info(self) -> dict[str, Any]:
+        return {"mode": self.mode, "model": self.model_name, "model_repository": self.model_repository,
+                "grpc_url": self.grpc_url}
+
+    def stop(self) -> None:
+        """Nothing to stop: the Triton is its owner's."""
+
+
 def make_backend(model_repository: str | Path, model_name: str = "ensemble", mode: str = "auto",
                  ready_timeout_s: float = 600) -> TritonLLM:
     """``mode``: ``auto`` (in-process where ``tritonserver`` imports, else a managed process),

@@ -4,12 +4,23 @@ The Triton launcher starts ``tritonserver`` in a process group of its own, so th
 reaches the Python-backend stubs and the vLLM engine processes they spawn. Its owner stops that
 group on ``stop()`` and at interpreter exit. An owner that is killed outright (a Serve replica
 whose worker Ray kills, a notebook kernel killed with SIGKILL) runs neither, and the engine
-processes live on as orphans holding gigabytes of memory. This guard, started by the launcher
-inside the server's group, watches the owner. When the owner is gone, it sends the group SIGTERM,
-waits ``--grace`` seconds, kills what is left, and removes the server's shared-memory segments.
-When the group is stopped normally, the guard gets the same SIGTERM and exits.
+processes live on as orphans holding gigabytes of memory, and the shared memory they made stays
+in ``/dev/shm`` until the machine reboots: Triton's Python-backend regions (the ``--shm-prefix``),
+vLLM's ``psm_*`` buffers and multiprocessing's ``sem.mp-*`` semaphores (hundreds of MB a server).
 
-    python -m scripts.triton.process_guard --owner PID --group PGID [--grace 15] [--shm-prefix P]
+This guard, started by the launcher inside the server's group, is not the owner's child: it
+detaches (``--detach``: it forks and its first process exits), because an owner's children die
+with it. A Ray worker that exits kills its own child processes (tritonserver, and a guard started
+as a child, with it); the stubs then exit, but the vLLM engine processes they spawned do not. The
+guard watches the owner's PID (not
+``PR_SET_PDEATHSIG``, which fires when the *thread* that started the child exits, and in a Serve
+replica that thread is not the replica). While the group runs it notes every ``/dev/shm`` file
+its processes map or hold open. When the owner is gone it sends the group SIGTERM, waits
+``--grace`` seconds (nobody is left to read an answer, so briefly), kills what is left, and
+removes the noted files that no other process uses. When the group is stopped normally, the
+guard gets the same SIGTERM and exits.
+
+    python -m scripts.triton.process_guard --owner PID --group PGID [--grace 2] [--shm-prefix P] [--detach]
 """
 from __future__ import annotations
 
@@ -62,6 +73,37 @@ def shm_segments(*prefixes: str) -> list[Path]:
     return sorted(p for p in Path("/dev/shm").iterdir() if any(prefix and p.name.startswith(prefix) for prefix in prefixes))
 
 
+def shm_files_of(pids: list[int]) -> set[Path]:
+    """The ``/dev/shm`` files that ``pids`` map or hold open (unlinked ones excluded: nothing to remove)."""
+    found: set[Path] = set()
+    for pid in pids:
+        try:
+            for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+                fields = line.split(None, 5)  # address perms offset dev inode [pathname]
+                name = fields[5] if len(fields) == 6 else ""
+                if name.startswith("/dev/shm/") and not name.endswith(" (deleted)"):
+                    found.add(Path(name))
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("/dev/shm/") and not target.endswith(" (deleted)"):
+                    found.add(Path(target))
+        except (FileNotFoundError, ProcessLookupError, PermissionError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+    return found
+
+
+def remove_unused_shm(files: set[Path]) -> list[Path]:
+    """Unlink those of ``files`` that no running process maps or holds open; returns the removed ones."""
+    candidates = {f for f in files if f.exists()}
+    if not candidates:
+        return []
+    others = [int(d.name) for d in Path("/proc").glob("[0-9]*") if is_running(int(d.name))]
+    removable = sorted(candidates - shm_files_of(others))
+    for path in removable:
+        path.unlink(missing_ok=True)
+    return removable
+
+
 def _signal_all(pids: list[int], signum: int) -> None:
     for pid in pids:
         try:
@@ -70,35 +112,47 @@ def _signal_all(pids: list[int], signum: int) -> None:
             pass
 
 
-def stop_group(pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s: float = 0.2) -> list[int]:
-    """SIGTERM the group but this process, wait up to ``grace_s``, SIGKILL what is left, remove
-    the ``shm_prefix`` segments; returns the PIDs that had to be killed."""
+def stop_group(pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s: float = 0.2,
+               shm_seen: set[Path] | None = None) -> list[int]:
+    """SIGTERM the group but this process, wait up to ``grace_s``, SIGKILL what is left, then remove
+    the ``shm_prefix`` segments and the ``/dev/shm`` files the group used (``shm_seen`` and what its
+    processes map now) that nothing else uses; returns the PIDs that had to be killed."""
     me = os.getpid()
     others = [p for p in live_group_members(pgid) if p != me]
+    shm_seen = set(shm_seen or ()) | shm_files_of(others)
     _signal_all(others, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while others and time.monotonic() < deadline:
         time.sleep(poll_s)
         others = [p for p in live_group_members(pgid) if p != me]
+    shm_seen |= shm_files_of(others)
     _signal_all(others, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while [p for p in others if is_running(p)] and time.monotonic() < deadline:  # SIGKILL is not instant
         time.sleep(poll_s)
-    if shm_prefix:
-        for segment in shm_segments(shm_prefix):
-            segment.unlink(missing_ok=True)
+    remove_unused_shm(shm_seen | set(shm_segments(shm_prefix)) if shm_prefix else shm_seen)
     return others
 
 
-def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s: float = 0.5) -> str:
-    """Watch until the group is gone (``"group gone"``) or the owner is (then stop the group)."""
+def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s: float = 0.5,
+          shm_every_s: float = 2.0) -> str:
+    """Watch until the group is gone (``"group gone"``) or the owner is (then stop the group).
+
+    Every ``shm_every_s`` it notes the ``/dev/shm`` files the group uses, so that files made and
+    mapped by a process that has since died are removed too."""
+    shm_seen: set[Path] = set()
+    next_scan = 0.0
     while True:
-        if not [p for p in live_group_members(pgid) if p != os.getpid()]:
+        members = [p for p in live_group_members(pgid) if p != os.getpid()]
+        if not members:
             return "group gone"
         if not is_running(owner):
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the group's SIGTERM must not stop the guard
-            stop_group(pgid, grace_s, shm_prefix)
+            stop_group(pgid, grace_s, shm_prefix, shm_seen=shm_seen)
             return "owner gone"
+        if time.monotonic() >= next_scan:
+            shm_seen |= shm_files_of(members)
+            next_scan = time.monotonic() + shm_every_s
         time.sleep(poll_s)
 
 
@@ -106,9 +160,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--owner", type=int, required=True)
     parser.add_argument("--group", type=int, required=True)
-    parser.add_argument("--grace", type=float, default=15)
+    parser.add_argument("--grace", type=float, default=2,
+                        help="seconds between SIGTERM and SIGKILL once the owner is gone")
     parser.add_argument("--shm-prefix")
+    parser.add_argument("--detach", action="store_true", help="fork and let the first process exit (not the owner's child)")
     args = parser.parse_args(argv)
+    if args.detach and os.fork():
+        os._exit(0)  # the starter sees this exit; the guard lives on, re-parented, in the same group
     guard(args.owner, args.group, args.grace, args.shm_prefix)
     return 0
 

@@ -32,9 +32,14 @@ from pathlib import Path
 import requests
 
 from scripts import envcheck
-from scripts.triton.process_guard import live_group_members, shm_segments, stop_group
+from scripts.triton.process_guard import live_group_members, shm_files_of, shm_segments, stop_group
 from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
 
+
+
+#: Seconds the guard gives the server between SIGTERM and SIGKILL once its owner is dead: nobody is
+#: left to read an answer, and everything must be gone within seconds (tests/unit/triton).
+OWNER_GONE_GRACE_S = 2
 
 
 class TritonStartError(RuntimeError):
@@ -154,7 +159,6 @@ class TritonServer:
                                      extra_args=extra_args)
         self.log_path = log_path or triton_log_path(self.command.http_port)
         self.process: subprocess.Popen | None = None
-        self.guard: subprocess.Popen | None = None
 
     @property
     def http_url(self) -> str:
@@ -201,12 +205,15 @@ class TritonServer:
         atexit.register(self.stop)
         try:
             # A guard in the server's group stops it if this process is killed outright (no atexit).
+            # It detaches: a Ray worker that exits kills its children, and the guard must outlive it.
             try:
-                self.guard = subprocess.Popen(
+                starter = subprocess.Popen(
                     [sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group",
-                     str(self.process.pid), "--grace", str(self.command.exit_timeout_s + 10),
-                     "--shm-prefix", self.command.shm_prefix],
+                     str(self.process.pid), "--grace", str(OWNER_GONE_GRACE_S),
+                     "--shm-prefix", self.command.shm_prefix, "--detach"],
                     stdout=log, stderr=subprocess.STDOUT, process_group=self.process.pid, cwd=REPO_ROOT)
+                if starter.wait(timeout=30) != 0:
+                    raise TritonStartError(f"the process guard did not start (status {starter.returncode}); log {self.log_path}")
             finally:
                 log.close()
             self.wait_ready(timeout_s)
@@ -254,6 +261,7 @@ class TritonServer:
             return
         atexit.unregister(self.stop)
         pgid = self.process.pid
+        shm_seen = shm_files_of(self.group_members())  # vLLM's buffers and semaphores, the backend's regions
         if self.process.poll() is None:
             os.killpg(pgid, signal.SIGTERM)
             try:
@@ -261,12 +269,10 @@ class TritonServer:
             except subprocess.TimeoutExpired:
                 pass
         # The rest of the group (stubs, engine processes, the guard) as the guard would stop it.
-        stop_group(pgid, grace_s, self.command.shm_prefix)
-        for proc in (self.process, self.guard):
-            if proc is not None:
-                if proc.poll() is None:
-                    proc.kill()
-                proc.wait()
+        stop_group(pgid, grace_s, self.command.shm_prefix, shm_seen=shm_seen)
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
         if self.group_alive():
             raise RuntimeError(f"processes {self.group_members()} of tritonserver group {pgid} survived SIGKILL")
 

@@ -25,6 +25,9 @@ class FakeTokenizer:
     def __len__(self):
         return 100
 
+    def convert_ids_to_tokens(self, ids):
+        return [chr(i) for i in ids]
+
     def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=True):
         text = "<s>" + "".join(f"<|{m['role']}|>\n{m['content']}</s>\n" for m in messages)
         return text + ("<|assistant|>\n" if add_generation_prompt else "")

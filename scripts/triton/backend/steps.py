@@ -92,6 +92,24 @@ def check_prompt_text(text: str) -> None:
         raise ValueError("text_input is empty: send a prompt with at least one non-space character")
 
 
+def longest_token_bytes(tokenizer: Any) -> int:
+    """An upper bound on the UTF-8 bytes one token of ``tokenizer`` stands for: the longest token's
+    own spelling (a byte-level BPE token spells each byte as one character, a SentencePiece token
+    spells a space as the 3-byte ``▁`` and a byte as ``<0xNN>``: never shorter than what it stands for)."""
+    return max((len(t.encode("utf-8")) for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer)))) if t), default=1)
+
+
+def check_prompt_bytes(text: str, longest: int, max_model_len: int) -> None:
+    """Refuse, without tokenizing it, a prompt too long for the model whatever its tokens: one of B
+    bytes has at least B / ``longest`` tokens (halved once more for normalisers that shorten text).
+    Tokenizing 10 MB takes half a minute on one core, and the model instance that does it serves
+    nothing else meanwhile."""
+    size = len(text.encode("utf-8"))
+    if max_model_len and size > 2 * longest * max_model_len:
+        raise ValueError(f"the prompt is {size} bytes, more than any prompt of at most {max_model_len} tokens (the "
+                         "model's limit) can be; shorten the prompt")
+
+
 def check_request_size(prompt_tokens: int, max_tokens: int | None, max_model_len: int, max_input_len: int = 0) -> None:
     """``max_tokens`` positive, the prompt within the engine's ``max_input_len`` and prompt plus output
     within the model's length (``max_model_len``; a TensorRT-LLM engine's ``max_seq_len``). 0: no limit.
@@ -125,6 +143,9 @@ class Preprocessor:
     max_model_len: int = 0  # prompt + output; 0: no limit
     max_input_len: int = 0  # prompt alone (a TensorRT-LLM engine's build limit); 0: no limit
 
+    def __post_init__(self):
+        self.longest = longest_token_bytes(self.tokenizer)
+
     def __call__(self, query: np.ndarray, output_len: np.ndarray, bad_words: np.ndarray | None = None,
                  stop_words: np.ndarray | None = None, end_id: np.ndarray | None = None,
                  pad_id: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -134,6 +155,7 @@ class Preprocessor:
         ids = []
         for i, text in enumerate(texts):
             check_prompt_text(text)
+            check_prompt_bytes(text, self.longest, self.max_input_len or self.max_model_len)
             tokens = self.tokenizer(text, add_special_tokens=self.add_special_tokens)["input_ids"]
             check_request_size(len(tokens), int(lengths[i]), self.max_model_len, self.max_input_len)
             ids.append(tokens)

@@ -28,8 +28,8 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scripts.engine.config import read_engine_config, vllm_engine_kwargs, vllm_environment
-from scripts.triton.backend.steps import (check_prompt_text, check_request_size, decode_texts, engine_request,
-                                   model_parameter, sampling_from_json)
+from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text, check_request_size, decode_texts,
+                                          engine_request, longest_token_bytes, model_parameter, sampling_from_json)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
 
@@ -65,11 +65,23 @@ class TritonPythonModel:
         kwargs = vllm_engine_kwargs(config) if self.token_mode else {k: v for k, v in config.items() if k != "kv_cache_space_gib"}
         self.max_model_len = int(kwargs.get("max_model_len") or 0)
         self.tokenizer = AutoTokenizer.from_pretrained(kwargs.get("tokenizer") or kwargs["model"])
+        self.longest_token = longest_token_bytes(self.tokenizer)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-loop", daemon=True)
         self.thread.start()
         self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs))).result()
         self.active: set[str] = set()
+        # On Triton's metrics port, beside its own nv_* metrics (the Python backend's custom metrics):
+        # what the engine holds now, and the requests whose client went away (their KV cache freed).
+        # A metric works only while its family lives: keep both.
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        self.metric_families = [
+            pb_utils.MetricFamily(name="tutorial_engine_requests_running", kind=pb_utils.MetricFamily.GAUGE,
+                                  description="requests the vLLM engine of this model is generating"),
+            pb_utils.MetricFamily(name="tutorial_engine_requests_cancelled_total", kind=pb_utils.MetricFamily.COUNTER,
+                                  description="requests aborted in the vLLM engine because Triton cancelled them "
+                                              "(the client went away)")]
+        self.running, self.cancelled = (family.Metric(labels=labels) for family in self.metric_families)
 
     async def _make_engine(self, cls, engine_args):
         return cls.from_engine_args(engine_args)
@@ -99,10 +111,12 @@ class TritonPythonModel:
             return
         params.output_kind = self.OutputKind.DELTA if stream else self.OutputKind.FINAL_ONLY
         self.active.add(request_id)
+        self.running.set(len(self.active))
         try:
             async for out in self.engine.generate(prompt, params, request_id):
                 if request.is_cancelled():
                     await self.engine.abort(request_id)
+                    self.cancelled.increment(1)
                     sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("request cancelled")), flags=final)
                     return
                 completion = out.outputs[0]
@@ -118,6 +132,7 @@ class TritonPythonModel:
             sender.send(invalid(f"{type(exc).__name__}: {exc}"), flags=final)
         finally:
             self.active.discard(request_id)
+            self.running.set(len(self.active))
 
     def _token_request(self, request):
         names = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
@@ -140,6 +155,7 @@ class TritonPythonModel:
         exclude = get("exclude_input_in_output")
         exclude = bool(exclude.as_numpy().reshape(-1)[0]) if exclude is not None else False
         params.setdefault("temperature", 0.0)
+        check_prompt_bytes(text, self.longest_token, self.max_model_len)
         check_request_size(len(self.tokenizer(text)["input_ids"]), params.get("max_tokens", 16), self.max_model_len)
         return text, self.SamplingParams(**params), stream, exclude
 

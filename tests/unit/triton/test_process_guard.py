@@ -55,6 +55,56 @@ def test_guard_stops_the_group_when_its_owner_dies(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def test_guard_outlives_an_owner_that_kills_its_children_as_it_exits(tmp_path):
+    """A Ray worker kills its direct children when it exits (ray-project/ray
+    doc/source/ray-core/user-spawn-processes.rst, ``RAY_kill_child_processes_on_worker_exit``, on by
+    default): the server and a guard started as a child die with it, the server's own children live
+    on. The launcher's guard detaches, so it survives and stops them."""
+    shm = Path("/dev/shm") / f"guardtest{os.getpid()}_mapped"
+    owner_code = (
+        "import atexit, json, mmap, os, signal, subprocess, sys, time\n"
+        "from scripts.triton.server import OWNER_GONE_GRACE_S\n"
+        f"leader = subprocess.Popen([sys.executable, '-c', {SERVER!r}], process_group=0)\n"
+        # the server's child maps a /dev/shm file, as vLLM's engine does, and leaves it behind when killed
+        f"mapper = subprocess.Popen([sys.executable, '-c', \"import mmap, os, time; f = open({str(shm)!r}, 'w+b'); "
+        "f.write(b'x' * 4096); f.flush(); m = mmap.mmap(f.fileno(), 4096); time.sleep(120)\"], process_group=leader.pid)\n"
+        "starter = subprocess.Popen([sys.executable, '-m', 'scripts.triton.process_guard', '--owner', str(os.getpid()), "
+        "'--group', str(leader.pid), '--grace', str(OWNER_GONE_GRACE_S), '--detach'], process_group=leader.pid)\n"
+        "assert starter.wait(10) == 0\n"
+        "print(leader.pid, flush=True)\n"
+        "time.sleep(3)\n"  # the guard notes the mapped file
+        "leader.kill()\n"  # as Ray does: SIGKILL to the direct children, then exit
+        "os._exit(1)\n")
+    owner = subprocess.run([sys.executable, "-c", owner_code], capture_output=True, text=True, timeout=60)
+    try:
+        pgid = int(owner.stdout.split()[0])
+        assert wait_for(lambda: not pg.live_group_members(pgid), timeout_s=10), pg.live_group_members(pgid)
+        assert wait_for(lambda: not shm.exists(), timeout_s=5), "the group's /dev/shm file was left behind"
+    finally:
+        shm.unlink(missing_ok=True)
+        for pid in pg.live_group_members(int(owner.stdout.split()[0])) if owner.stdout.split() else []:
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_shm_files_of_finds_mapped_and_open_files_and_only_unused_ones_are_removed(tmp_path):
+    mapped, opened = (Path("/dev/shm") / f"guardtest{os.getpid()}_{n}" for n in ("m", "o"))
+    code = (f"import mmap, time; f = open({str(mapped)!r}, 'w+b'); f.write(b'x' * 4096); f.flush(); "
+            f"m = mmap.mmap(f.fileno(), 4096); f.close(); g = open({str(opened)!r}, 'wb'); print('ok', flush=True); "
+            "time.sleep(60)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ok"
+        assert pg.shm_files_of([holder.pid]) == {mapped, opened}
+        assert pg.remove_unused_shm({mapped, opened}) == [] and mapped.exists()  # still in use: kept
+        holder.kill()
+        holder.wait()
+        assert pg.remove_unused_shm({mapped, opened}) == sorted([mapped, opened]) and not mapped.exists()
+    finally:
+        holder.kill()
+        for path in (mapped, opened):
+            path.unlink(missing_ok=True)
+
+
 def test_guard_leaves_when_the_group_is_stopped_normally():
     leader = start_group()
     guard = subprocess.Popen([sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group",

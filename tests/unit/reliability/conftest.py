@@ -1,0 +1,60 @@
+"""One real stack for the reliability tests of this folder: the cpu profile's decoupled repository
+(as notebook 05 fills it), a real tritonserver with vLLM started by an owner process of its own
+(tests/unit/reliability/owner.py, so a test can kill the owner), and the Serve application's routes
+on a loopback port over that Triton (FastAPI and uvicorn, as in a replica; no Ray)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from scripts.engine.config import write_engine_config
+from scripts.model.checkpoint import prepare_model
+from scripts.paths import BUILD_DIR_ENV, REPO_ROOT
+from scripts.profiles import load_profile
+from scripts.triton.process_guard import is_running
+from scripts.triton.repository.fill import RepoSettings, fill_for_profile
+
+OWNER = Path(__file__).with_name("owner.py")
+
+
+@dataclass
+class OwnedTriton:
+    owner: subprocess.Popen
+    repo: Path
+    info: dict
+
+    @property
+    def http_url(self) -> str:
+        return self.info["http_url"]
+
+    def alive(self) -> bool:
+        return self.owner.poll() is None and is_running(self.info["pid"])
+
+
+@pytest.fixture(scope="package")
+def owned_triton(tmp_path_factory):
+    build = tmp_path_factory.mktemp("build")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BUILD_DIR_ENV, str(build))
+        profile = load_profile("cpu")
+        prepare_model(profile)
+        write_engine_config(profile)
+        repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=True), output_dir=build / "repo")["repository"])
+        owner = subprocess.Popen([sys.executable, str(OWNER), str(repo)], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
+                                 env=os.environ | {BUILD_DIR_ENV: str(build)})
+        try:
+            line = owner.stdout.readline()
+            if not line:
+                pytest.fail(f"the owner of the test's tritonserver exited with {owner.wait()} before Triton was ready")
+            yield OwnedTriton(owner, repo, json.loads(line))
+        finally:
+            if owner.poll() is None:
+                owner.send_signal(signal.SIGTERM)  # atexit stops its Triton
+                owner.wait(60)
