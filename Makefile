@@ -11,7 +11,7 @@ export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
 
-.PHONY: env run test test-unit test-notebooks notebooks-inplace clean
+.PHONY: env run test test-full test-unit test-notebooks notebooks-inplace clean
 
 env:
 	@bash env/setup_env.sh
@@ -28,7 +28,13 @@ test-unit: env
 
 test-notebooks: env
 	$(PY) -m pytest -q $(NBVAL) notebooks
-	$(PY) -m pytest -q tests/notebooks
+	$(PY) -m pytest -q tests/notebooks --deselect tests/notebooks/test_parameters.py
+
+# Everything `make test` runs, then the long runs: notebook 06 again with other parameters, and
+# the Serve application under failure and load (tests/full; TUTORIAL_SOAK_REQUESTS sets the soak).
+test-full: test
+	$(PY) -m pytest -q tests/notebooks/test_parameters.py
+	$(PY) -m pytest -q -s tests/full
 
 # Maintainers: re-execute the committed notebooks top to bottom and keep their outputs.
 notebooks-inplace: env

@@ -61,6 +61,7 @@ class _Sampling(_Request):
     stream: StrictBool = False
     stream_options: Optional[StreamOptions] = None
     seed: Optional[StrictInt] = None
+    ignore_eos: StrictBool = False  # vLLM's extension: generate max_tokens tokens, past the end of text
     presence_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
     frequency_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
     n: StrictInt = 1
@@ -88,6 +89,7 @@ class Generation:
     stream: bool = False
     include_usage: bool = False
     seed: Optional[int] = None
+    ignore_eos: bool = False
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     created: int = field(default_factory=lambda: int(time.time()))
@@ -156,6 +158,7 @@ def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> t
     gen = Generation(kind=kind, model=served_model, max_tokens=max_tokens, temperature=float(req.temperature),
                      top_p=float(req.top_p), stop=stop, stream=req.stream,
                      include_usage=bool(req.stream_options and req.stream_options.include_usage), seed=req.seed,
+                     ignore_eos=req.ignore_eos,
                      presence_penalty=float(req.presence_penalty), frequency_penalty=float(req.frequency_penalty))
     return req, gen
 

@@ -145,6 +145,7 @@ class LLMService:
         max_tokens = resolve_max_tokens(gen, prompt_tokens, self.facts.max_model_len, self.default_max_tokens)
         request = EnsembleRequest(gen.prompt, max_tokens, stream=gen.stream and self.facts.decoupled,
                                   temperature=gen.temperature, top_p=gen.top_p, stop=gen.stop, seed=gen.seed,
+                                  ignore_eos=gen.ignore_eos,
                                   presence_penalty=gen.presence_penalty, frequency_penalty=gen.frequency_penalty)
         return ensemble_inputs(request, self.vocab_size), prompt_tokens, max_tokens
 

@@ -20,6 +20,7 @@ incrementally (:class:`scripts.serve.streaming.IncrementalDetokenizer`).
 """
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.util
 import uuid
@@ -50,6 +51,7 @@ class EnsembleRequest:
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
+    ignore_eos: bool = False  # generate max_tokens whatever the model says (benchmarks, drain tests)
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
 
@@ -83,6 +85,8 @@ def ensemble_inputs(req: EnsembleRequest, vocab_size: int) -> dict[str, np.ndarr
             inputs["top_k"] = np.array([[min(MAX_TOP_K, vocab_size)]], dtype=np.int32)
     if req.seed is not None:
         inputs["random_seed"] = np.array([[req.seed]], dtype=np.uint64)
+    if req.ignore_eos:  # no end id: TensorRT-LLM's convention, which the vLLM and transformers engines follow
+        inputs["end_id"] = np.array([[-1]], dtype=np.int32)
     if req.presence_penalty:
         inputs["presence_penalty"] = np.array([[req.presence_penalty]], dtype=np.float32)
     if req.frequency_penalty:
@@ -265,7 +269,14 @@ class ManagedTriton:
         self.ensemble = GrpcEnsemble(self.server.grpc_url, model_name, ensemble_outputs(model_repository, model_name))
 
     async def ready(self) -> bool:
-        if self.server.process is None or self.server.process.poll() is not None:
+        if self.server.process is None:
+            return False
+        if self.server.process.poll() is not None:
+            # Triton crashed. Its stubs exit with it; the vLLM engine processes they started do not,
+            # and hold their memory until stopped: stop the rest of the group now, not when Serve
+            # gets round to replacing this replica.
+            if self.server.group_alive():
+                await asyncio.to_thread(self.server.stop)
             return False
         return await self.ensemble.ready()
 

@@ -180,14 +180,16 @@ class TritonServer:
         """Start and wait until ready. ``retries``: start again (new ports, new log) after a crash.
 
         On two cores under load the 2.51 Python backend has been seen to abort during model load
-        (``boost::interprocess::lock_exception``); a retry is reported on stderr, never silent.
+        (``boost::interprocess::lock_exception``); a retry is reported on stderr, never silent. A server
+        that refused the repository itself (``error: creating server: ...``) is not started again, even
+        when it crashed on its way out (2.51 can, exiting with models still loaded): it would fail the same.
         """
         for attempt in range(retries + 1):
             try:
                 return self._start_once(timeout_s)
             except TritonStartError as exc:
                 crashed = self.process is not None and self.process.returncode is not None and self.process.returncode < 0
-                if attempt == retries or not crashed:
+                if attempt == retries or not crashed or "\nerror: creating server: " in str(exc):
                     raise
                 print(f"tritonserver crashed during start-up, starting it again:\n{exc}", file=sys.stderr, flush=True)
                 self.command.http_port, self.command.grpc_port, self.command.metrics_port = free_port(), free_port(), free_port()
@@ -196,6 +198,12 @@ class TritonServer:
         raise AssertionError("unreachable")
 
     def _start_once(self, timeout_s: float) -> "TritonServer":
+        binary = Path(self.command.binary)
+        if not binary.is_file():  # Popen's bare FileNotFoundError would not say how to get one
+            explicit = " ($TRITONSERVER names it: point it at an existing tritonserver, or unset it)" \
+                if os.environ.get("TRITONSERVER") == str(binary) else ""
+            raise envcheck.MissingComponent(f"the tritonserver binary {binary} is missing{explicit}: "
+                                            "reinstall nvidia-pytriton==0.7.0 (env/setup_env.sh)")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         # Own process group: the stubs (and the vLLM engine processes they spawn) share the group we stop.
@@ -223,10 +231,13 @@ class TritonServer:
         return self
 
     def log_tail(self, lines: int = 40) -> str:
+        """The log's last ``lines`` lines, Triton's tables left out: its option table alone fills half
+        of a tail, and pushed the error lines above it (a config that does not parse) out of it."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            text = self.log_path.read_text(errors="replace").splitlines()
         except FileNotFoundError:
             return "(no log)"
+        return "\n".join([line for line in text if not line.startswith(("+-", "| "))][-lines:])
 
     def is_ready(self) -> bool:
         try:

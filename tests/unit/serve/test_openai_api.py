@@ -1,5 +1,6 @@
 import json
 
+import numpy as np
 import pytest
 
 from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, adds_bos, chat_prompt, chunk_body, decode_body,
@@ -143,3 +144,17 @@ def test_sse_round_trip():
 
 def test_models_body():
     assert models_body(MODEL, 7) == {"object": "list", "data": [{"id": MODEL, "object": "model", "created": 7, "owned_by": "triton"}]}
+
+
+def test_ignore_eos_reaches_the_ensemble_as_no_end_id():
+    """vLLM's ``ignore_eos`` extension (benchmarks ask every answer to be max_tokens long): the ensemble
+    gets ``end_id`` -1, TensorRT-LLM's "no end id", which the engine models read as ignore_eos."""
+    from scripts.triton.client import EnsembleRequest, ensemble_inputs
+
+    gen = parse_completion_request(b'{"prompt": "hi", "max_tokens": 8, "ignore_eos": true}', "tiny-llama")
+    assert gen.ignore_eos
+    inputs = ensemble_inputs(EnsembleRequest(gen.prompt, 8, ignore_eos=gen.ignore_eos), vocab_size=10)
+    assert inputs["end_id"].dtype == np.int32 and inputs["end_id"][0, 0] == -1
+    assert "end_id" not in ensemble_inputs(EnsembleRequest("hi", 8), vocab_size=10)
+    with pytest.raises(OpenAIError, match="ignore_eos"):
+        parse_completion_request(b'{"prompt": "hi", "ignore_eos": "yes"}', "tiny-llama")

@@ -1,6 +1,7 @@
 """The Serve layer: the routes over HTTP (FastAPI's TestClient, a fake Triton behind the service),
 the replica's hooks and the application builder. No Ray cluster is started."""
 import asyncio
+import json
 import os
 import types
 from pathlib import Path
@@ -113,6 +114,75 @@ def test_routes_use_the_service_of_the_replica_serve_runs(monkeypatch, service):
     replica = types.SimpleNamespace(service=service)
     monkeypatch.setattr(serve_app.serve, "get_replica_context", lambda: types.SimpleNamespace(servable_object=replica))
     assert asyncio.run(serve_app.replica_service()) is service
+
+
+# -- the bearer token and the body -------------------------------------------------------------
+
+KEY = "s3cret"
+GUARDED = [("get", "/v1/models", {}), ("get", "/generate", {"params": {"query": "Ray", "max_tokens": 4}}),
+           ("post", "/v1/chat/completions", {"json": {"messages": USER, "max_tokens": 10}}),
+           ("post", "/v1/completions", {"json": {"prompt": "Ray", "max_tokens": 4}})]
+
+
+@pytest.mark.parametrize("method, route, sent", GUARDED, ids=[route for _, route, _ in GUARDED])
+def test_a_replica_with_a_key_asks_every_route_for_it(client, service, method, route, sent):
+    service.api_key = KEY
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}, {"Authorization": f"Basic {KEY}"}):
+        error = openai_error(getattr(client, method)(route, headers=headers, **sent), 401)
+        assert error["code"] == "invalid_api_key" and error["type"] == "invalid_request_error", headers
+        assert "Authorization: Bearer <key>" in error["message"] and serve_app.API_KEY_ENV in error["message"]
+    assert not service.backend.calls  # refused before Triton
+    for scheme in ("Bearer", "bearer"):
+        ok = getattr(client, method)(route, headers={"Authorization": f"{scheme} {KEY}"}, **sent)
+        assert ok.status_code == 200, ok.text
+
+
+def test_health_needs_no_key_and_no_key_means_no_check(client, service):
+    service.api_key = KEY
+    assert client.get("/health").status_code == 200
+    service.api_key = None
+    for _, route, sent in GUARDED:
+        method = "get" if route in ("/v1/models", "/generate") else "post"
+        assert getattr(client, method)(route, **sent).status_code == 200, route
+
+
+def test_a_replica_takes_its_key_from_the_environment(serve_repo, started, monkeypatch):
+    monkeypatch.setenv(serve_app.API_KEY_ENV, KEY)
+    assert serve_app.TritonReplica(str(serve_repo), "tiny-llama").service.api_key == KEY
+    monkeypatch.setenv(serve_app.API_KEY_ENV, "")  # set but empty: no key, as unset
+    assert serve_app.TritonReplica(str(serve_repo), "tiny-llama").service.api_key is None
+    monkeypatch.delenv(serve_app.API_KEY_ENV)
+    assert serve_app.TritonReplica(str(serve_repo), "tiny-llama").service.api_key is None
+
+
+@pytest.mark.parametrize("sent", [{"content": json.dumps({"prompt": "Ray"}), "headers": {"Content-Type": "text/plain"}},
+                                  {"data": {"prompt": "Ray"}}], ids=["text/plain", "form data"])
+def test_a_body_that_is_not_json_is_a_415(client, service, sent):
+    error = openai_error(client.post("/v1/completions", **sent), 415)
+    assert "Content-Type: application/json" in error["message"] and not service.backend.calls
+
+
+@pytest.mark.parametrize("headers", [{"Content-Type": "application/json; charset=utf-8"}, {}],
+                         ids=["with a charset", "without a content type"])
+def test_json_is_accepted_with_a_charset_or_without_a_content_type(client, headers):
+    r = client.post("/v1/completions", content=json.dumps({"prompt": "Ray"}).encode(), headers=headers)
+    assert r.status_code == 200 and r.json()["choices"][0]["text"] == CHUNKS_TEXT, r.text
+
+
+def test_a_body_beyond_the_limit_is_a_413_declared_or_chunked(client, service):
+    service.max_body_bytes = 200
+    big = json.dumps({"prompt": "x" * 300}).encode()
+    declared = openai_error(client.post("/v1/completions", content=big, headers={"Content-Type": "application/json"}), 413)
+    assert "larger than this server's limit of 200 bytes" in declared["message"]
+
+    def pieces():  # no Content-Length: the body arrives chunked and is counted as it is read
+        for start in range(0, len(big), 64):
+            yield big[start:start + 64]
+
+    chunked = client.post("/v1/completions", content=pieces(), headers={"Content-Type": "application/json"})
+    assert openai_error(chunked, 413)["message"] == declared["message"] and not service.backend.calls
+    small = json.dumps({"prompt": "Ray"}).encode()
+    assert client.post("/v1/completions", content=iter([small[:5], small[5:]])).status_code == 200
 
 
 # -- the replica -------------------------------------------------------------------------------

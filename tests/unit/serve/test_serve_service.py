@@ -6,6 +6,7 @@ import os
 import pytest
 
 from scripts.serve.openai_api import OpenAIError, parse_sse
+from scripts.serve.service import max_body_bytes
 from scripts.triton.client import Chunk
 
 from fakes import CHUNKS, CHUNKS_TEXT, ByteTokenizer, FakeTokenizer, fake_service
@@ -116,6 +117,37 @@ def test_requests_too_long_for_the_model_are_refused_before_triton():
     with pytest.raises(OpenAIError) as info:
         run(service.completions(body({"prompt": "x" * 60, "max_tokens": 10})))
     assert info.value.code == "context_length_exceeded" and not service.backend.calls
+
+
+def test_max_body_bytes_is_a_mib_or_64_bytes_a_token():
+    assert max_body_bytes(64) == max_body_bytes(512) == max_body_bytes(16384) == 1 << 20  # the 1 MiB floor
+    assert max_body_bytes(16385) == 64 * 16385 and max_body_bytes(131072) == 8 << 20
+    assert fake_service().max_body_bytes == 1 << 20 and fake_service(max_model_len=32768).max_body_bytes == 2 << 20
+
+
+class LongTextRefusingTokenizer(FakeTokenizer):
+    """Tokenizes short texts only (the chat template's BOS probe): a long prompt must never reach it."""
+
+    def __call__(self, text, add_special_tokens=True):
+        if len(text) > 16:
+            raise AssertionError(f"tokenized a prompt of {len(text)} characters")
+        return super().__call__(text, add_special_tokens)
+
+
+@pytest.mark.parametrize("route, request_body, param", [
+    ("completions", {"prompt": "x" * 129}, "prompt"),
+    ("completions", {"prompt": "\u00e9" * 65}, "prompt"),  # 65 characters, 130 bytes
+    ("chat_completions", {"messages": [{"role": "user", "content": "x" * 200}]}, "messages"),
+])
+def test_a_prompt_too_large_for_any_tokenization_is_refused_before_tokenizing(route, request_body, param):
+    """FakeTokenizer's longest token is 1 byte: a 64-token model takes no prompt beyond 2 * 1 * 64 bytes."""
+    service = fake_service(tokenizer=LongTextRefusingTokenizer())
+    assert service.longest_token == 1
+    with pytest.raises(OpenAIError) as info:
+        run(getattr(service, route)(body(request_body)))
+    assert (info.value.status, info.value.code, info.value.param) == (400, "context_length_exceeded", param)
+    assert "more than any prompt of at most 64 tokens (the model's limit) can be" in info.value.message
+    assert not service.backend.calls
 
 
 def test_invalid_requests_are_refused_before_triton():

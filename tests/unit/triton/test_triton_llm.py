@@ -15,6 +15,8 @@ from scripts.triton.client import (CHUNK_OUTPUTS, MAX_TOP_K, Chunk, EnsembleRequ
                                 ensemble_inputs, ensemble_outputs, in_process_available, make_backend)
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile, read_model_config, repository_facts
 
+from fakes import CHUNKS, FakeEnsemble
+
 
 def test_greedy_request_sends_no_sampling_tensors():
     inputs = ensemble_inputs(EnsembleRequest("Ray Serve takes", 12), vocab_size=854)
@@ -215,3 +217,36 @@ def test_in_process_generate_returns_non_ascii_text(monkeypatch, filled_repo):
 def test_text_array_decodes_utf8_and_replaces_a_cut_character():
     assert triton_llm.text_array(FakeTensor(np.array([[NON_ASCII.encode()]], dtype=object))).tolist() == [[NON_ASCII]]
     assert triton_llm.text_array(FakeTensor(np.array([[b"cut \xe2\x82"]], dtype=object))).tolist() == [["cut \ufffd"]]
+
+
+def test_attached_triton_calls_a_running_triton_and_never_stops_it(monkeypatch, filled_repo):
+    made = []
+
+    class Ensemble(FakeEnsemble):
+        """:class:`GrpcEnsemble` as AttachedTriton builds it, over no Triton."""
+
+        def __init__(self, grpc_url, model_name, outputs):
+            super().__init__()
+            made.append((grpc_url, model_name, outputs))
+            self.is_ready = True
+
+        async def ready(self):
+            return self.is_ready
+
+    monkeypatch.setattr(triton_llm, "GrpcEnsemble", Ensemble)
+    backend = triton_llm.AttachedTriton("127.0.0.1:8001", filled_repo)
+    assert made == [("127.0.0.1:8001", "ensemble", CHUNK_OUTPUTS)]  # the outputs the filled ensemble declares
+    assert backend.mode == "attached"
+    assert backend.info() == {"mode": "attached", "model": "ensemble", "model_repository": str(filled_repo),
+                              "grpc_url": "127.0.0.1:8001"}
+
+    async def ready_and_chunks():
+        return await backend.ready(), [c async for c in backend.generate({})]
+
+    assert asyncio.run(ready_and_chunks()) == (True, CHUNKS)
+    backend.ensemble.is_ready = False
+    assert asyncio.run(backend.ready()) is False
+    backend.ensemble.is_ready = True
+    assert backend.stop() is None  # the Triton is its owner's: nothing stopped, nothing closed
+    assert not backend.ensemble.closed and asyncio.run(ready_and_chunks()) == (True, CHUNKS)
+    assert backend.ensemble.requests == 2

@@ -169,3 +169,67 @@ def test_gather_engine_outputs_joins_streamed_responses_per_beam():
     assert ids.tolist() == [[[5, 6]]] and lengths.tolist() == [[2]]
     with pytest.raises(ValueError, match="no tokens"):
         tm.gather_engine_outputs([])
+
+
+class SpelledTokenizer:
+    """Just enough of a tokenizer for longest_token_bytes: its vocabulary's spellings."""
+
+    def __init__(self, tokens):
+        self.tokens = list(tokens)
+
+    def __len__(self):
+        return len(self.tokens)
+
+    def convert_ids_to_tokens(self, ids):
+        return [self.tokens[i] for i in ids]
+
+
+def test_longest_token_bytes_counts_utf8_bytes_of_the_spellings():
+    # "▁" (SentencePiece's space) is 3 bytes; empty and unknown (None) spellings are skipped
+    assert tm.longest_token_bytes(SpelledTokenizer(["", None, "a", "\u2581the", "<0xFF>", "\u00e9"])) == 6
+    assert tm.longest_token_bytes(SpelledTokenizer(["ab", "\u00e9\u00e9"])) == 4
+    assert tm.longest_token_bytes(SpelledTokenizer([])) == 1 and tm.longest_token_bytes(SpelledTokenizer([""])) == 1
+
+
+def test_longest_token_bytes_bounds_every_token_of_the_tiny_model(tok):
+    longest = tm.longest_token_bytes(tok)
+    assert longest > 1
+    assert max(len(tok.decode([i]).encode("utf-8")) for i in range(len(tok))) <= longest
+
+
+def test_check_prompt_bytes_limit():
+    tm.check_prompt_bytes("x" * 2 * 3 * 10, longest=3, max_model_len=10)  # exactly at the limit
+    with pytest.raises(ValueError) as info:
+        tm.check_prompt_bytes("x" * 61, longest=3, max_model_len=10)
+    assert str(info.value) == ("the prompt is 61 bytes, more than any prompt of at most 10 tokens (the model's limit) "
+                               "can be; shorten the prompt")
+    with pytest.raises(ValueError, match="the prompt is 62 bytes"):
+        tm.check_prompt_bytes("\u00e9" * 31, longest=3, max_model_len=10)  # bytes, not characters
+    tm.check_prompt_bytes("x" * 10_000, longest=1, max_model_len=0)  # 0: no limit
+
+
+class TokenizesShortTextsOnly:
+    """A real tokenizer that fails the test if asked to tokenize a long text."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __getattr__(self, name):
+        return getattr(self.tokenizer, name)
+
+    def __len__(self):
+        return len(self.tokenizer)
+
+    def __call__(self, text, **kwargs):
+        assert len(text) <= 1000, f"tokenized a prompt of {len(text)} characters"
+        return self.tokenizer(text, **kwargs)
+
+
+@pytest.mark.parametrize("limits, tokens", [({"max_model_len": 512}, 512), ({"max_model_len": 64, "max_input_len": 8}, 8)])
+def test_preprocessor_refuses_a_huge_prompt_without_tokenizing_it(tok, limits, tokens):
+    pre = tm.Preprocessor(TokenizesShortTextsOnly(tok), True, **limits)
+    assert pre.longest == tm.longest_token_bytes(tok)
+    huge = "x" * (2 * pre.longest * tokens + 1)
+    with pytest.raises(ValueError, match=f"the prompt is {len(huge)} bytes, more than any prompt of at most {tokens} tokens"):
+        pre(q(huge), np.array([[4]], np.int32))
+    assert pre(q("Ray Serve takes"), np.array([[4]], np.int32))["REQUEST_INPUT_LEN"].tolist() == [[len(tok("Ray Serve takes")["input_ids"])]]

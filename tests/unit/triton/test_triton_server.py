@@ -233,3 +233,35 @@ def test_start_does_not_retry_a_plain_failure(build_root, tmp_path, monkeypatch)
     monkeypatch.setattr(server, "_start_once", fail)
     with pytest.raises(ts.TritonStartError, match="status 1"):
         server.start(retries=3)
+
+
+def test_start_does_not_retry_a_server_that_refused_the_repository(build_root, tmp_path, monkeypatch):
+    """2.51 can crash on its way out after refusing a model (exiting with others still loaded):
+    that is not a start-up flake, and a second start would fail the same."""
+    (tmp_path / "repo").mkdir()
+    server = ts.TritonServer(tmp_path / "repo")
+    calls = []
+
+    def refused(timeout_s):
+        calls.append(timeout_s)
+        server.process = type("P", (), {"returncode": -11})()
+        raise ts.TritonStartError("tritonserver exited with status -11 before it was ready; log x:\n"
+                                  "error: creating server: Invalid argument - load failed for model 'ensemble'\n"
+                                  "double free or corruption (out)")
+
+    monkeypatch.setattr(server, "_start_once", refused)
+    with pytest.raises(ts.TritonStartError, match="load failed for model 'ensemble'"):
+        server.start(retries=1)
+    assert len(calls) == 1
+
+
+def test_log_tail_leaves_out_triton_tables(build_root, tmp_path):
+    """Triton prints its option table after the error lines that say what failed; the tail keeps those."""
+    (tmp_path / "repo").mkdir()
+    server = ts.TritonServer(tmp_path / "repo")
+    table = ["+--------+-------+", "| Option | Value |", *[f"| opt{i}   | {i}     |" for i in range(60)], "+--------+"]
+    server.log_path.parent.mkdir(parents=True, exist_ok=True)
+    server.log_path.write_text("\n".join(["E1203 model_repository_manager.cc] \"Poll failed for model directory 'm'\"",
+                                          *table, "error: creating server: Internal - failed to load all models"]))
+    assert server.log_tail().splitlines() == ["E1203 model_repository_manager.cc] \"Poll failed for model directory 'm'\"",
+                                              "error: creating server: Internal - failed to load all models"]
