@@ -42,9 +42,31 @@ class _Request(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class ContentPart(_Request):
+    """One part of a message's content given as a list (the ``openai`` client's typed messages,
+    LangChain and ``vllm bench serve --backend openai-chat`` send it so). Only text parts are read."""
+
+    type: StrictStr
+    text: Optional[StrictStr] = None
+
+
 class ChatMessage(_Request):
     role: Literal["system", "user", "assistant"]
-    content: StrictStr
+    content: Union[StrictStr, list[ContentPart]]
+
+    def text(self, index: int) -> str:
+        """The message's text; its text parts joined by newlines. 400 for any other kind of part."""
+        if isinstance(self.content, str):
+            return self.content
+        texts = []
+        for j, part in enumerate(self.content):
+            if part.type != "text":
+                raise OpenAIError(400, f"'messages[{index}].content[{j}]' is a {part.type!r} part: this model reads text "
+                                  "only; send {\"type\": \"text\", \"text\": ...} parts", param=f"messages[{index}].content")
+            if part.text is None:
+                raise OpenAIError(400, f"'messages[{index}].content[{j}].text' is required", param=f"messages[{index}].content")
+            texts.append(part.text)
+        return "\n".join(texts)
 
 
 class StreamOptions(_Request):
@@ -124,14 +146,16 @@ def _validation_error(exc: ValidationError) -> OpenAIError:
         return OpenAIError(400, f"'{param}' is required", param=param)
     got = err.get("input")
     shown = json.dumps(got)[:80] if not isinstance(got, dict) else "an object"
-    if param in _UNION_MESSAGES:
-        return OpenAIError(400, f"'{param}' must be {_UNION_MESSAGES[param]} (got {shown})", param=param)
+    union = _UNION_MESSAGES.get(str(field_path[-1])) if field_path else None
+    if union and len(field_path) < len(err["loc"]):  # the value matched no branch of the union
+        return OpenAIError(400, f"'{param}' must be {union} (got {shown})", param=param)
     return OpenAIError(400, f"'{param}': {err['msg'].rstrip('.')} (got {shown})", param=param)
 
 
 # pydantic names the branches of a union in an error's location; the messages name the field.
-_UNION_BRANCHES = {"str", "list[str]"}
-_UNION_MESSAGES = {"stop": "a string or a list of strings"}
+_UNION_BRANCHES = {"str", "list[str]", "list[ContentPart]"}
+_UNION_MESSAGES = {"stop": "a string or a list of strings",
+                   "content": 'a string or a list of content parts ({"type": "text", "text": ...})'}
 
 
 def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> tuple[_Sampling, Generation]:
@@ -166,12 +190,13 @@ def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> t
 def parse_chat_request(body: bytes, served_model: str, tokenizer: Any) -> Generation:
     """A validated ``/v1/chat/completions`` request, its prompt rendered with the chat template."""
     req, gen = _parse(ChatCompletionRequest, body, served_model, "chat")
-    for i, message in enumerate(req.messages):
-        if not message.content.strip():
+    messages = [{"role": m.role, "content": m.text(i)} for i, m in enumerate(req.messages)]
+    for i, message in enumerate(messages):
+        if not message["content"].strip():
             raise OpenAIError(400, f"'messages[{i}].content' is empty: every message needs some text", param=f"messages[{i}].content")
     if req.messages[-1].role == "assistant":
         raise OpenAIError(400, "the last message is the assistant's: end with a 'user' message", param="messages")
-    gen.prompt = chat_prompt(tokenizer, [m.model_dump() for m in req.messages])
+    gen.prompt = chat_prompt(tokenizer, messages)
     return gen
 
 

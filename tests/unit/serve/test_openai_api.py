@@ -57,7 +57,11 @@ def test_model_may_be_omitted_and_max_completion_tokens_is_accepted():
     ({"messages": [{"role": "user", "content": "  "}]}, 400, "messages[0].content", "is empty"),
     ({"messages": [{"role": "user"}]}, 400, "messages[0].content", "required"),
     ({"messages": [{"role": "robot", "content": "hi"}]}, 400, "messages[0].role", "'system', 'user' or 'assistant'"),
-    ({"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content", "valid string"),
+    ({"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content", "a list of content parts"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
+     "messages[0].content", "reads text only"),
+    ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, 400, "messages[0].content", "text' is required"),
+    ({"messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}]}, 400, "messages[0].content", "is empty"),
     ({"messages": USER + [{"role": "assistant", "content": "ok"}]}, 400, "messages", "end with a 'user'"),
     ({"messages": USER, "model": "gpt-4"}, 404, "model", "does not exist"),
     ({"messages": USER, "max_tokens": 0}, 400, "max_tokens", "at least 1"),
@@ -158,3 +162,13 @@ def test_ignore_eos_reaches_the_ensemble_as_no_end_id():
     assert "end_id" not in ensemble_inputs(EnsembleRequest("hi", 8), vocab_size=10)
     with pytest.raises(OpenAIError, match="ignore_eos"):
         parse_completion_request(b'{"prompt": "hi", "ignore_eos": "yes"}', "tiny-llama")
+
+
+def test_content_given_as_text_parts_reads_as_the_joined_text():
+    """The standard list-of-parts form (openai's typed messages, LangChain, vllm bench serve) renders
+    the same prompt as the plain string."""
+    parts = [{"type": "text", "text": "What does"}, {"type": "text", "text": "Triton do?"}]
+    as_parts = parse_chat_request(json.dumps({"messages": [{"role": "user", "content": parts}]}).encode(), "m", FakeTokenizer())
+    as_text = parse_chat_request(json.dumps({"messages": [{"role": "user", "content": "What does\nTriton do?"}]}).encode(),
+                                 "m", FakeTokenizer())
+    assert as_parts.prompt == as_text.prompt
