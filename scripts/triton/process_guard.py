@@ -12,13 +12,12 @@ This guard, started by the launcher inside the server's group, is not the owner'
 detaches (``--detach``: it forks and its first process exits), because an owner's children die
 with it. A Ray worker that exits kills its own child processes (tritonserver, and a guard started
 as a child, with it); the stubs then exit, but the vLLM engine processes they spawned do not. The
-guard watches the owner's PID (not
-``PR_SET_PDEATHSIG``, which fires when the *thread* that started the child exits, and in a Serve
-replica that thread is not the replica). While the group runs it notes every ``/dev/shm`` file
-its processes map or hold open. When the owner is gone it sends the group SIGTERM, waits
-``--grace`` seconds (nobody is left to read an answer, so briefly), kills what is left, and
-removes the noted files that no other process uses. When the group is stopped normally, the
-guard gets the same SIGTERM and exits.
+guard watches the owner's PID (not ``PR_SET_PDEATHSIG``, which fires when the *thread* that started
+the child exits, and in a Serve replica that thread is not the replica). While the group runs it
+notes every ``/dev/shm`` file its processes map or hold open. When the owner is gone it sends the
+group SIGTERM, waits ``--grace`` seconds (nobody is left to read an answer, so briefly), kills
+what is left, and removes the noted files that no other process uses. When the group is stopped
+normally, the guard gets the same SIGTERM and exits.
 
     python -m scripts.triton.process_guard --owner PID --group PGID [--grace 2] [--shm-prefix P] [--detach]
 """
