@@ -39,13 +39,23 @@ class OwnedTriton:
 
 
 @pytest.fixture(scope="package")
-def owned_triton(tmp_path_factory):
+def cpu_build(tmp_path_factory) -> Path:
+    """A build directory with the cpu profile's tiny Llama and its engine config, made once for the folder."""
     build = tmp_path_factory.mktemp("build")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(BUILD_DIR_ENV, str(build))
         profile = load_profile("cpu")
         prepare_model(profile)
         write_engine_config(profile)
+    return build
+
+
+@pytest.fixture(scope="package")
+def owned_triton(cpu_build):
+    build = cpu_build
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(BUILD_DIR_ENV, str(build))
+        profile = load_profile("cpu")
         repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=True), output_dir=build / "repo")["repository"])
         owner = subprocess.Popen([sys.executable, str(OWNER), str(repo)], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
                                  env=os.environ | {BUILD_DIR_ENV: str(build)})

@@ -14,8 +14,6 @@ import pytest
 
 from scripts import envcheck
 from scripts.engine.config import ENGINE_CONFIG, write_engine_config
-from scripts.model.checkpoint import prepare_model
-from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 from scripts.triton.process_guard import live_group_members
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
@@ -76,14 +74,9 @@ def failed_start(server: TritonServer, limit_s: float = LIMIT_S) -> str:
 # -- the engine -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def engine_dir(tmp_path_factory) -> Path:
-    """The cpu profile's tiny Llama and its engine directory, made once for the module."""
-    build = tmp_path_factory.mktemp("model")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(BUILD_DIR_ENV, str(build))
-        profile = load_profile("cpu")
-        prepare_model(profile)
-        return write_engine_config(profile).parent
+def engine_dir(cpu_build) -> Path:
+    """The cpu profile's engine directory over the tiny Llama the folder's build holds (conftest.py)."""
+    return load_profile("cpu", root=cpu_build).path("engine_dir")
 
 
 @pytest.fixture
