@@ -13,14 +13,13 @@ attempt) and what this one lost (requests that never succeeded).
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from scripts.bench.serve import ChatClient, bench_messages
+from scripts.bench.serve import ChatClient, LoadThread, bench_messages
 from scripts.lab.serve_state import app_state
 
 
@@ -50,23 +49,14 @@ def error_kind(error: str) -> str:
     return error.split(":", 1)[0]
 
 
-class RetryingLoad:
+class RetryingLoad(LoadThread):
     """``concurrency`` workers sending chat requests back to back to ``url`` until :meth:`stop`."""
 
     def __init__(self, url: str, concurrency: int = 4, max_tokens: int = 16, give_up_s: float = 300,
                  backoff_s: float = 0.5):
-        self.url, self.concurrency, self.max_tokens = url, concurrency, max_tokens
+        super().__init__(url, concurrency, max_tokens, "retrying-load")
         self.give_up_s, self.backoff_s = give_up_s, backoff_s
         self.report = LoadReport()
-        self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="retrying-load", daemon=True)
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._run())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller by stop
-            self.failure = exc
 
     async def _one(self, client: ChatClient, messages: list[dict[str, str]]) -> None:
         report, start = self.report, time.monotonic()
@@ -97,21 +87,13 @@ class RetryingLoad:
 
     def start(self, timeout_s: float = 60) -> "RetryingLoad":
         """Start sending; returns once a first request has succeeded."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while self.report.succeeded == 0 and self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.report.succeeded == 0:
-            self._stop.set()
+        if not self.begin(lambda: self.report.succeeded > 0, timeout_s):
             raise RuntimeError(f"no request succeeded within {timeout_s:g} s: {self.report.format()} {self.failure!r}")
         return self
 
     def stop(self, timeout_s: float = 600) -> LoadReport:
         """Stop sending; wait for the requests in flight (and their retries) to end."""
-        self._stop.set()
-        self._thread.join(timeout_s)
-        if self.failure is not None:
-            raise RuntimeError(f"the load generator failed: {self.failure!r}") from self.failure
+        self.halt(timeout_s)
         return self.report
 
 

@@ -180,16 +180,18 @@ def summary(result: dict[str, Any], requests: int) -> str:
         f"(rounds: {', '.join(f'{r:.2f}' for r in result['ratios'])})"])
 
 
-class BackgroundLoad:
-    """Keep ``concurrency`` greedy chat requests in flight against ``url`` until :meth:`stop`."""
+class LoadThread:
+    """Chat requests sent from a thread of their own (its own event loop) until :meth:`halt`;
+    subclasses write ``_run`` (the coroutine that sends) and their ``start``/``stop``."""
 
-    def __init__(self, url: str, concurrency: int, max_tokens: int = 32):
+    def __init__(self, url: str, concurrency: int, max_tokens: int, name: str):
         self.url, self.concurrency, self.max_tokens = url, concurrency, max_tokens
-        self.sent = self.ok = 0
-        self.errors: list[str] = []
         self.failure: BaseException | None = None
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="background-load", daemon=True)
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
 
     def _main(self) -> None:
         try:
@@ -197,15 +199,38 @@ class BackgroundLoad:
         except BaseException as exc:  # noqa: BLE001 - handed to the caller by start/stop
             self.failure = exc
 
+    def begin(self, started: Callable[[], bool], timeout_s: float) -> bool:
+        """Start the thread; wait until ``started()`` (False, and the load told to stop, if it never
+        does within ``timeout_s`` or the thread ends first)."""
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not started() and self._thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.failure is not None or not started():
+            self._stop.set()
+            return False
+        return True
+
+    def halt(self, timeout_s: float) -> None:
+        """Stop sending; wait for the requests in flight to end; raise if the load generator failed."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        if self.failure is not None:
+            raise RuntimeError(f"the load generator failed: {self.failure!r}") from self.failure
+
+
+class BackgroundLoad(LoadThread):
+    """Keep ``concurrency`` greedy chat requests in flight against ``url`` until :meth:`stop`."""
+
+    def __init__(self, url: str, concurrency: int, max_tokens: int = 32):
+        super().__init__(url, concurrency, max_tokens, "background-load")
+        self.sent = self.ok = 0
+        self.errors: list[str] = []
+
     def start(self, timeout_s: float = 30) -> "BackgroundLoad":
         """Start sending; returns once the first requests are on their way (raises if the load
         generator itself failed, instead of leaving the caller waiting for a load that never came)."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while self.sent == 0 and self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.failure is not None or self.sent == 0:
-            self._stop.set()
+        if not self.begin(lambda: self.sent > 0, timeout_s):
             raise RuntimeError(f"the load generator did not start: {self.failure!r}") from self.failure
         return self
 
@@ -224,10 +249,7 @@ class BackgroundLoad:
 
     def stop(self, timeout_s: float = 300) -> dict[str, Any]:
         """Stop sending; wait for the requests in flight to finish; counts of what was sent."""
-        self._stop.set()
-        self._thread.join(timeout_s)
-        if self.failure is not None:
-            raise RuntimeError(f"the load generator failed: {self.failure!r}") from self.failure
+        self.halt(timeout_s)
         return {"sent": self.sent, "succeeded": self.ok, "errors": self.errors[:3], "error_count": len(self.errors)}
 
 

@@ -253,48 +253,9 @@ class GrpcEnsemble:
             self._client = None
 
 
-class ManagedTriton:
-    """A ``tritonserver`` process owned by this replica, called through the asyncio gRPC client."""
-
-    mode = "managed process"
-
-    def __init__(self, model_repository: str | Path, model_name: str = "ensemble", ready_timeout_s: float = 600):
-        from scripts.triton.server import TritonServer  # noqa: PLC0415
-
-        self.model_name = model_name
-        # Explicit model control: only the ensemble and the models it names are loaded (the
-        # repository also holds vllm_model, a second engine this replica does not need).
-        self.server = TritonServer(model_repository, extra_args=("--model-control-mode=explicit", f"--load-model={model_name}"))
-        self.server.start(timeout_s=ready_timeout_s, retries=1)
-        self.ensemble = GrpcEnsemble(self.server.grpc_url, model_name, ensemble_outputs(model_repository, model_name))
-
-    async def ready(self) -> bool:
-        if self.server.process is None:
-            return False
-        if self.server.process.poll() is not None:
-            # Triton crashed. Its stubs exit with it; the vLLM engine processes they started do not,
-            # and hold their memory until stopped: stop the rest of the group now, not when Serve
-            # gets round to replacing this replica.
-            if self.server.group_alive():
-                await asyncio.to_thread(self.server.stop)
-            return False
-        return await self.ensemble.ready()
-
-    def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
-        return self.ensemble.generate(inputs)
-
-    def info(self) -> dict[str, Any]:
-        return {"mode": self.mode, "model": self.model_name, "model_repository": str(self.server.command.model_repo),
-                "http_url": self.server.http_url, "grpc_url": self.server.grpc_url, "metrics_url": self.server.metrics_url,
-                "pid": self.server.pid, "shm_prefix": self.server.command.shm_prefix, "log": str(self.server.log_path)}
-
-    def stop(self) -> None:
-        self.server.stop()
-
-
 class AttachedTriton:
-    """A running Triton this process did not start (one Triton shared by several clients): called
-    through the asyncio gRPC client like :class:`ManagedTriton`, never stopped from here."""
+    """A running Triton this process did not start (one Triton shared by several clients): its
+    ensemble called through the asyncio gRPC client (:class:`GrpcEnsemble`); never stopped from here."""
 
     mode = "attached"
 
@@ -314,6 +275,41 @@ class AttachedTriton:
 
     def stop(self) -> None:
         """Nothing to stop: the Triton is its owner's."""
+
+
+class ManagedTriton(AttachedTriton):
+    """A ``tritonserver`` process owned by this replica: an :class:`AttachedTriton` that started it."""
+
+    mode = "managed process"
+
+    def __init__(self, model_repository: str | Path, model_name: str = "ensemble", ready_timeout_s: float = 600):
+        from scripts.triton.server import TritonServer  # noqa: PLC0415
+
+        # Explicit model control: only the ensemble and the models it names are loaded (the
+        # repository also holds vllm_model, a second engine this replica does not need).
+        self.server = TritonServer(model_repository, extra_args=("--model-control-mode=explicit", f"--load-model={model_name}"))
+        self.server.start(timeout_s=ready_timeout_s, retries=1)
+        super().__init__(self.server.grpc_url, model_repository, model_name)
+
+    async def ready(self) -> bool:
+        if self.server.process is None:
+            return False
+        if self.server.process.poll() is not None:
+            # Triton crashed. Its stubs exit with it; the vLLM engine processes they started do not,
+            # and hold their memory until stopped: stop the rest of the group now, not when Serve
+            # gets round to replacing this replica.
+            if self.server.group_alive():
+                await asyncio.to_thread(self.server.stop)
+            return False
+        return await super().ready()
+
+    def info(self) -> dict[str, Any]:
+        return {"mode": self.mode, "model": self.model_name, "model_repository": str(self.server.command.model_repo),
+                "http_url": self.server.http_url, "grpc_url": self.server.grpc_url, "metrics_url": self.server.metrics_url,
+                "pid": self.server.pid, "shm_prefix": self.server.command.shm_prefix, "log": str(self.server.log_path)}
+
+    def stop(self) -> None:
+        self.server.stop()
 
 
 def make_backend(model_repository: str | Path, model_name: str = "ensemble", mode: str = "auto",

@@ -148,12 +148,13 @@ def test_triton_answers_an_unknown_model_with_a_404(stack):
 
 
 def metric(metrics_url: str, name: str, **labels: str) -> float:
-    """The sum of a metric's series on Triton's metrics port whose labels include ``labels``."""
-    total = 0.0
-    for line in requests.get(metrics_url, timeout=10).text.splitlines():
-        if line.split("{")[0].split(" ")[0] == name and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    """The sum of a metric's series on Triton's metrics port whose labels include ``labels`` (the
+    parser names a counter's family without ``_total`` and gives its samples that suffix)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    families = text_string_to_metric_families(requests.get(metrics_url, timeout=10).text)
+    return sum(sample.value for family in families if family.name == name.removesuffix("_total")
+               for sample in family.samples if labels.items() <= sample.labels.items())
 
 
 RUNNING, CANCELLED = "tutorial_engine_requests_running", "tutorial_engine_requests_cancelled_total"
@@ -194,16 +195,15 @@ def test_a_cancelled_stream_of_the_engine_model_is_aborted_in_the_engine(stack):
     (its KV cache freed at once), as the engine's counter shows."""
     import asyncio
 
-    import numpy as np
-
     from scripts.triton.client import GrpcEnsemble
+    from scripts.triton.engine_request import engine_model_request
 
     _, triton = stack
     url = triton.info["metrics_url"]
     before = metric(url, CANCELLED)
-    engine = GrpcEnsemble(triton.info["grpc_url"], "vllm_engine", ("output_ids", "sequence_length"))
-    inputs = {"input_ids": np.array([[1, 265, 611]], dtype=np.int32), "input_lengths": np.array([[3]], dtype=np.int32),
-              "request_output_len": np.array([[480]], dtype=np.int32), "streaming": np.array([[True]])}
+    request = engine_model_request(triton.repo, [1, 265, 611], 480, streaming=True)
+    engine = GrpcEnsemble(triton.info["grpc_url"], request.model_name, request.outputs)
+    inputs = request.inputs
 
     async def leave_early():
         chunks = engine.generate(inputs)
