@@ -27,7 +27,7 @@ import httpx
 from scripts.model.tiny_llama import chat_examples
 from scripts.serve.openai_api import chat_prompt
 from scripts.serve.service import load_tokenizer
-from scripts.triton.client import EnsembleRequest, GrpcEnsemble, ensemble_inputs
+from scripts.triton.client import EnsembleRequest, GrpcModel, ensemble_inputs
 from scripts.triton.repository.fill import repository_facts
 
 
@@ -103,7 +103,7 @@ async def run_serve(url: str, conversations: list[list[dict[str, str]]], max_tok
 async def run_triton(grpc_url: str, prompts: list[str], max_tokens: int, concurrency: int, vocab_size: int,
                      model: str = "ensemble") -> tuple[dict[str, Any], list[str | None]]:
     """The same requests straight to Triton's ensemble; (stats, texts)."""
-    ensemble = GrpcEnsemble(grpc_url, model)
+    ensemble = GrpcModel(grpc_url, model)
     gate = asyncio.Semaphore(concurrency)
     texts: list[str | None] = [None] * len(prompts)
     errors: list[str] = []

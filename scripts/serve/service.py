@@ -10,6 +10,12 @@ A failure of Triton becomes an OpenAI error: a 500 before the stream starts, an 
 
 It is built from a started backend (anything with :class:`scripts.triton.client.TritonLLM`'s
 methods), the filled repository's facts, the tokenizer they name and the profile's settings.
+Given ``engine`` (:class:`scripts.triton.engine_request.EngineInputs`), it calls the decoupled
+engine model itself instead of the ensemble: the prompt it tokenizes to count its tokens is sent
+as ``input_ids``, and the ids that come back are decoded here. That skips the ensemble's
+preprocessing and postprocessing models (two Python-backend stubs, each a process hop per
+request) and a second tokenization; the engine model's inputs are TensorRT-LLM's, so the same
+code calls ``tensorrt_llm`` on the GPU profile.
 """
 from __future__ import annotations
 
@@ -21,8 +27,9 @@ from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, chunk_b
                                       parse_chat_request, parse_completion_request, resolve_max_tokens, response_body,
                                       sse, usage)
 from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
-from scripts.triton.backend.steps import check_prompt_bytes, longest_token_bytes
-from scripts.triton.client import Chunk, EnsembleRequest, TritonLLM, TritonRequestError, ensemble_inputs
+from scripts.triton.backend.steps import check_prompt_bytes, longest_token_bytes, to_word_list_format
+from scripts.triton.client import MAX_TOP_K, Chunk, EnsembleRequest, TritonLLM, TritonRequestError, ensemble_inputs
+from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import RepositoryFacts
 
 #: A route's answer: a whole JSON body, or the Server-Sent Events of a streamed one.
@@ -51,8 +58,12 @@ class LLMService:
     """The OpenAI routes' logic over one Triton ensemble."""
 
     def __init__(self, backend: TritonLLM, facts: RepositoryFacts, tokenizer: Any, served_model_name: str,
-                 default_max_tokens: int = 64, api_key: str | None = None):
+                 default_max_tokens: int = 64, api_key: str | None = None, engine: EngineInputs | None = None):
         self.backend, self.facts, self.tokenizer = backend, facts, tokenizer
+        if engine is not None and not engine.decoupled:
+            raise ValueError(f"{engine.model_name} is not decoupled: the Serve application streams from the engine "
+                             "model; fill the repository with decoupled_mode true (fill_serve_repository does)")
+        self.engine = engine  # None: requests go to the ensemble
         self.api_key = api_key  # None: no bearer token is asked for (scripts.serve.app.require_api_key)
         self.max_body_bytes = max_body_bytes(facts.max_model_len)
         self.vocab_size = len(tokenizer)
@@ -111,12 +122,17 @@ class LLMService:
         """The whole response body of a chat or text completion."""
         inputs, prompt_tokens, max_tokens = self._prepare(gen)
         trimmer, text, tokens = StopTrimmer(gen.stop), [], 0
+        # The ensemble answers a request that does not stream with its whole text; the engine model
+        # streams token ids, decoded here.
+        detokenizer = IncrementalDetokenizer(self.tokenizer, self.facts.skip_special_tokens) if self.engine else None
         try:
             async for chunk in self.backend.generate(inputs):
-                text.append(trimmer.feed(chunk.text))
+                text.append(trimmer.feed(chunk.text if detokenizer is None else detokenizer.feed(chunk.ids or [])))
                 tokens += chunk.tokens
         except TritonRequestError as exc:
             raise triton_failed(exc) from None
+        if detokenizer is not None:
+            text.append(trimmer.feed(detokenizer.finish()))
         text.append(trimmer.finish())
         reason = "stop" if trimmer.stopped else finish_reason(tokens, max_tokens)
         return response_body(gen, "".join(text), reason, prompt_tokens, tokens)
@@ -141,13 +157,42 @@ class LLMService:
         except ValueError as exc:
             raise OpenAIError(400, str(exc), param="messages" if gen.kind == "chat" else "prompt",
                               code="context_length_exceeded") from None
-        prompt_tokens = len(self.tokenizer(gen.prompt)["input_ids"])  # as the preprocessing model counts them
+        prompt_ids = self.tokenizer(gen.prompt)["input_ids"]  # as the preprocessing model tokenizes it
+        prompt_tokens = len(prompt_ids)
         max_tokens = resolve_max_tokens(gen, prompt_tokens, self.facts.max_model_len, self.default_max_tokens)
+        if self.engine is not None:
+            return self.engine_inputs(gen, prompt_ids, max_tokens), prompt_tokens, max_tokens
         request = EnsembleRequest(gen.prompt, max_tokens, stream=gen.stream and self.facts.decoupled,
                                   temperature=gen.temperature, top_p=gen.top_p, stop=gen.stop, seed=gen.seed,
                                   ignore_eos=gen.ignore_eos,
                                   presence_penalty=gen.presence_penalty, frequency_penalty=gen.frequency_penalty)
         return ensemble_inputs(request, self.vocab_size), prompt_tokens, max_tokens
+
+    def engine_inputs(self, gen: Generation, prompt_ids: list[int], max_tokens: int) -> dict:
+        """The engine model's tensors for a request, as the ensemble's preprocessing model would
+        make them (end and pad ids, stop words as token ids) plus the sampling settings of
+        :func:`scripts.triton.client.ensemble_inputs`; always streamed (new tokens per response)."""
+        tok = self.tokenizer
+        eos = tok.eos_token_id
+        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
+        declared = self.engine.declared
+        optional: dict[str, Any] = {"end_id": [-1 if gen.ignore_eos else eos] if "end_id" in declared else None,
+                                    "pad_id": [pad] if "pad_id" in declared and pad is not None else None}
+        if gen.stop:
+            optional["stop_words_list"] = to_word_list_format([[tok(w, add_special_tokens=False)["input_ids"] for w in gen.stop]])
+        if gen.temperature > 0:
+            optional["temperature"] = [gen.temperature]
+            if gen.top_p < 1:
+                optional["runtime_top_p"] = [gen.top_p]
+            else:
+                optional["runtime_top_k"] = [min(MAX_TOP_K, self.vocab_size)]
+        if gen.seed is not None:
+            optional["random_seed"] = [gen.seed]
+        if gen.presence_penalty:
+            optional["presence_penalty"] = [gen.presence_penalty]
+        if gen.frequency_penalty:
+            optional["frequency_penalty"] = [gen.frequency_penalty]
+        return self.engine.build(prompt_ids, max_tokens, streaming=True, **optional)
 
     async def _events(self, gen: Generation, first: Chunk | None, chunks: AsyncIterator[Chunk], prompt_tokens: int,
                       max_tokens: int) -> AsyncIterator[str]:

@@ -13,10 +13,14 @@ Two ways to own Triton, chosen by :func:`make_backend`:
   decoupled ensemble (``decoupled_mode: true``) answers token by token there, a plain one with a
   single response, and ``infer`` would refuse the decoupled one.
 
-Both take the ensemble's tensors from :func:`ensemble_inputs` and yield :class:`Chunk` s: the
-text of one response, how many tokens it carries (the ensemble's ``sequence_length``) and, where
-the ensemble returns them, their ids (``output_ids``), which a streaming client decodes
-incrementally (:class:`scripts.serve.streaming.IncrementalDetokenizer`).
+A third, **attached** (:class:`AttachedTriton`), calls a Triton that runs already and is shared by
+several replicas (the second topology notebook 07 measures).
+
+All take the ensemble's tensors from :func:`ensemble_inputs` (or, where the Serve application
+targets the engine model itself, token ids from :class:`scripts.triton.engine_request.EngineInputs`)
+and yield :class:`Chunk` s: the text of one response, how many tokens it carries
+(``sequence_length``) and, where the model returns them, their ids (``output_ids``), which a
+streaming client decodes incrementally (:class:`scripts.serve.streaming.IncrementalDetokenizer`).
 """
 from __future__ import annotations
 
@@ -94,11 +98,12 @@ def ensemble_inputs(req: EnsembleRequest, vocab_size: int) -> dict[str, np.ndarr
     return inputs
 
 
-def chunk_from_outputs(text_output: np.ndarray, sequence_length: np.ndarray | None,
+def chunk_from_outputs(text_output: np.ndarray | None, sequence_length: np.ndarray | None,
                        output_ids: np.ndarray | None = None) -> Chunk:
-    """A :class:`Chunk` from one response's ``text_output`` ([1, beams]), ``sequence_length``
-    ([1, beams]) and ``output_ids`` ([1, beams, tokens]); beam 0 is the answer."""
-    first = np.asarray(text_output).reshape(-1)[0] if np.asarray(text_output).size else b""
+    """A :class:`Chunk` from one response's ``text_output`` ([1, beams]; None from an engine model,
+    which answers in token ids), ``sequence_length`` ([1, beams]) and ``output_ids`` ([1, beams,
+    tokens]); beam 0 is the answer. Without ``sequence_length``, the ids are counted."""
+    first = np.asarray(text_output).reshape(-1)[0] if text_output is not None and np.asarray(text_output).size else b""
     text = first.decode("utf-8", errors="replace") if isinstance(first, bytes) else str(first)
     tokens = int(np.asarray(sequence_length).reshape(-1)[0]) if sequence_length is not None and np.asarray(sequence_length).size else 0
     ids = None
@@ -106,26 +111,22 @@ def chunk_from_outputs(text_output: np.ndarray, sequence_length: np.ndarray | No
         beams = np.asarray(output_ids)
         ids = beams.reshape(-1, beams.shape[-1])[0].tolist() if beams.size else []
         ids = ids[:tokens] if sequence_length is not None else ids
+        tokens = tokens if sequence_length is not None or text_output is not None else len(ids)
     return Chunk(text, tokens, ids)
 
 
-def ensemble_outputs(model_repository: str | Path, model_name: str = "ensemble") -> tuple[str, ...]:
-    """Those of :data:`CHUNK_OUTPUTS` that the filled ensemble declares (asking for an undeclared
-    output fails the request)."""
+def model_outputs(model_repository: str | Path, model_name: str = "ensemble") -> tuple[str, ...]:
+    """Those of :data:`CHUNK_OUTPUTS` that the filled model declares (asking for an undeclared
+    output fails the request): a text-out ensemble's, or an engine model's token ids."""
     from scripts.triton.repository.fill import read_model_config  # noqa: PLC0415
 
     declared = {output.name for output in read_model_config(Path(model_repository), model_name).output}
-    if "text_output" not in declared:
-        raise ValueError(f"{model_name} in {model_repository} has no text_output: it is not a text-in, text-out ensemble")
+    if "text_output" not in declared and "output_ids" not in declared:
+        raise ValueError(f"{model_name} in {model_repository} has neither text_output nor output_ids: it is not a "
+                         "text-out ensemble or an engine model")
     return tuple(name for name in CHUNK_OUTPUTS if name in declared)
 
 
-# -- the engine model called directly (token ids in, token ids out) --------------------------------
-
-#: The engine model's outputs a direct request asks for. TensorRT-LLM's backend fails a request that
-#: does not ask for both ("output_ids tensor must be present in list of output tensors", the same for
-#: sequence_length: tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/model_instance_state.cc,
-#: fillTritonResponse; the names: inflight_batcher_llm/src/utils.h, OutputFieldsNames).
 class TritonLLM(Protocol):
     mode: str
 
@@ -187,9 +188,10 @@ class InProcessTriton:
             if response.error is not None:
                 raise TritonRequestError(str(response.error))
             outputs = response.outputs or {}
-            if "text_output" in outputs:
+            if "text_output" in outputs or "output_ids" in outputs:
                 length, ids = (np.from_dlpack(outputs[n]) if n in outputs else None for n in CHUNK_OUTPUTS[1:])
-                yield chunk_from_outputs(text_array(outputs["text_output"]), length, ids)
+                text = text_array(outputs["text_output"]) if "text_output" in outputs else None
+                yield chunk_from_outputs(text, length, ids)
 
     def info(self) -> dict[str, Any]:
         return {"mode": self.mode, "model": self.model_name, "model_repository": self.model_repository}
@@ -198,8 +200,9 @@ class InProcessTriton:
         self.server.stop()
 
 
-class GrpcEnsemble:
-    """The ensemble of a running Triton, called through ``tritonclient``'s asyncio gRPC client."""
+class GrpcModel:
+    """A model of a running Triton (the ensemble, or an engine model), called through
+    ``tritonclient``'s asyncio gRPC client; one channel per instance, reused by every request."""
 
     def __init__(self, grpc_url: str, model_name: str = "ensemble", outputs: tuple[str, ...] = CHUNK_OUTPUTS[:2]):
         self.grpc_url, self.model_name, self.outputs = grpc_url, model_name, outputs
@@ -241,7 +244,8 @@ class GrpcEnsemble:
             async for result, error in responses:
                 if error is not None:
                     raise TritonRequestError(error.message())
-                yield chunk_from_outputs(*(result.as_numpy(name) for name in CHUNK_OUTPUTS))
+                yield chunk_from_outputs(*(result.as_numpy(name) if name in self.outputs else None
+                                           for name in CHUNK_OUTPUTS))
             done = True
         finally:
             if not done:  # the client went away or failed: Triton cancels the request, vLLM aborts it
@@ -255,19 +259,19 @@ class GrpcEnsemble:
 
 class AttachedTriton:
     """A running Triton this process did not start (one Triton shared by several clients): its
-    ensemble called through the asyncio gRPC client (:class:`GrpcEnsemble`); never stopped from here."""
+    model called through the asyncio gRPC client (:class:`GrpcModel`); never stopped from here."""
 
     mode = "attached"
 
     def __init__(self, grpc_url: str, model_repository: str | Path, model_name: str = "ensemble"):
         self.grpc_url, self.model_repository, self.model_name = grpc_url, str(model_repository), model_name
-        self.ensemble = GrpcEnsemble(grpc_url, model_name, ensemble_outputs(model_repository, model_name))
+        self.model_client = GrpcModel(grpc_url, model_name, model_outputs(model_repository, model_name))
 
     async def ready(self) -> bool:
-        return await self.ensemble.ready()
+        return await self.model_client.ready()
 
     def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
-        return self.ensemble.generate(inputs)
+        return self.model_client.generate(inputs)
 
     def info(self) -> dict[str, Any]:
         return {"mode": self.mode, "model": self.model_name, "model_repository": self.model_repository,
@@ -285,8 +289,8 @@ class ManagedTriton(AttachedTriton):
     def __init__(self, model_repository: str | Path, model_name: str = "ensemble", ready_timeout_s: float = 600):
         from scripts.triton.server import TritonServer  # noqa: PLC0415
 
-        # Explicit model control: only the ensemble and the models it names are loaded (the
-        # repository also holds vllm_model, a second engine this replica does not need).
+        # Explicit model control: only the model the replica calls is loaded, with the models an
+        # ensemble names (the repository also holds vllm_model, a second engine this replica does not need).
         self.server = TritonServer(model_repository, extra_args=("--model-control-mode=explicit", f"--load-model={model_name}"))
         self.server.start(timeout_s=ready_timeout_s, retries=1)
         super().__init__(self.server.grpc_url, model_repository, model_name)
@@ -313,15 +317,21 @@ class ManagedTriton(AttachedTriton):
 
 
 def make_backend(model_repository: str | Path, model_name: str = "ensemble", mode: str = "auto",
-                 ready_timeout_s: float = 600) -> TritonLLM:
+                 ready_timeout_s: float = 600, triton_url: str | None = None) -> TritonLLM:
     """``mode``: ``auto`` (in-process where ``tritonserver`` imports, else a managed process),
-    ``in-process`` or ``managed``."""
+    ``in-process``, ``managed``, or ``attached`` (a Triton that is already running at the gRPC
+    address ``triton_url``, shared by every replica; the repository is read for the model's outputs)."""
     repo = Path(model_repository)
     if not (repo / model_name / "config.pbtxt").is_file():
         raise FileNotFoundError(f"{repo} has no model {model_name!r}: fill the repository first (notebook 02, or "
                                 "scripts.triton.repository.fill.fill_for_profile)")
-    if mode not in ("auto", "in-process", "managed"):
-        raise ValueError(f"mode must be auto, in-process or managed, got {mode!r}")
+    if mode not in ("auto", "in-process", "managed", "attached"):
+        raise ValueError(f"mode must be auto, in-process, managed or attached, got {mode!r}")
+    if (mode == "attached") != bool(triton_url):
+        raise ValueError("mode 'attached' takes the running Triton's gRPC address as triton_url (host:port), and "
+                         "only that mode does")
+    if mode == "attached":
+        return AttachedTriton(str(triton_url), repo, model_name)
     if mode == "in-process" or (mode == "auto" and in_process_available()):
         return InProcessTriton(repo, model_name)
     return ManagedTriton(repo, model_name, ready_timeout_s)

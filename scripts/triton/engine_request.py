@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -43,76 +44,109 @@ def _backend_bool(value: str) -> bool | None:
     return None
 
 
-def engine_model_request(model_repository: str | Path, prompt_ids: list[int], max_tokens: int, *,
-                         model_name: str | None = None, streaming: bool = False) -> EngineModelRequest:
-    """The request that sends ``prompt_ids`` straight to the engine model of a filled repository.
+class EngineInputs:
+    """Builds the tensors of direct requests to one engine model, from its ``config.pbtxt`` (read once).
 
-    Names, data types and shapes come from the engine model's ``config.pbtxt``: every input it
-    requires must be one this request fills (``input_ids``, ``input_lengths``,
-    ``request_output_len``; ``streaming`` too when asked), each shaped ``[1, *dims]`` (a batch of
-    one) with its ``-1`` filled by the prompt's length. ``model_name`` defaults to the engine step of
-    the repository's ensemble. Send ``inputs`` and ask for ``outputs`` (:func:`tritonclient_args`),
-    then read the answer with :func:`generated_ids`.
-
-    TensorRT-LLM's backend takes the prompt as the whole ``input_ids`` row of a batch of one: it
-    cuts rows to ``input_lengths`` only in batches of several (tensorrtllm_backend@v0.17.0:
-    inflight_batcher_llm/src/utils.cc, splitBatchInputsTensors), so no padding is sent.
+    :meth:`build` fills ``input_ids``, ``input_lengths`` and ``request_output_len`` (and ``streaming``
+    when asked), plus any of TensorRT-LLM's optional inputs given as keywords (``end_id``, ``pad_id``,
+    ``stop_words_list``, ``runtime_top_k``, ``runtime_top_p``, ``temperature``, ``random_seed``,
+    ``presence_penalty``, ``frequency_penalty``, ...: the names of
+    tensorrtllm_backend@v0.17.0:all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt, which
+    this repository's other engine models declare too). Names, data types and shapes come from the
+    config: every input it requires must be one a request fills, each shaped ``[1, *dims]`` (a batch
+    of one) with its ``-1`` filled from the value's size.
     """
-    from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
 
-    from scripts.triton.repository.fill import read_model_config, repository_facts  # noqa: PLC0415
+    def __init__(self, model_repository: str | Path, model_name: str | None = None):
+        from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
 
-    repo = Path(model_repository)
-    model_name = model_name or repository_facts(repo).engine_model
-    config = read_model_config(repo, model_name)
-    prompt = [int(t) for t in prompt_ids]
-    if not prompt:
-        raise ValueError("prompt_ids is empty: send at least one token")
-    if int(max_tokens) <= 0:
-        raise ValueError(f"max_tokens must be a positive number of tokens, got {max_tokens}")
-    if streaming and not config.model_transaction_policy.decoupled:
-        # TensorRT-LLM: "Streaming is only supported if model is deployed using decoupled mode."
-        # (tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/utils.cc, createRequestsFromInputTensors)
-        raise ValueError(f"{model_name} is not decoupled, so it cannot stream: fill the repository with "
-                         "decoupled_mode true")
-    values: dict[str, list] = {"input_ids": prompt, "input_lengths": [len(prompt)], "request_output_len": [int(max_tokens)]}
-    if streaming:
-        values["streaming"] = [True]
-    declared = {tensor.name: tensor for tensor in config.input}
-    inputs: dict[str, np.ndarray] = {}
-    for name, tensor in declared.items():
-        if name not in values:
-            if not tensor.optional:
-                raise ValueError(f"{model_name} requires input {name!r}, which a direct engine request does not fill")
-            continue
-        dtype_name = model_config_pb2.DataType.Name(tensor.data_type)
-        if dtype_name not in NUMPY_DTYPES:
-            raise ValueError(f"{model_name} input {name!r} is {dtype_name}, not a type this request sends")
-        dims = [len(values[name]) if d == -1 else int(d) for d in tensor.dims]
-        shape = ([1] if config.max_batch_size > 0 else []) + dims
-        if int(np.prod(shape)) != len(values[name]):
-            raise ValueError(f"{model_name} input {name!r} has dims {list(tensor.dims)}: it cannot hold {len(values[name])} values")
-        inputs[name] = np.array(values[name], dtype=NUMPY_DTYPES[dtype_name]).reshape(shape)
-    missing = sorted(set(values) - set(inputs))
-    if missing:
-        raise ValueError(f"{model_name} declares no input {', '.join(map(repr, missing))}")
-    outputs = {tensor.name for tensor in config.output}
-    needed = ENGINE_OUTPUTS if config.backend == "tensorrtllm" else ENGINE_OUTPUTS[:1]
-    absent = [name for name in needed if name not in outputs]
-    if absent:
-        raise ValueError(f"{model_name} declares no output {', '.join(map(repr, absent))}, which this request needs")
-    includes_prompt = False
-    if config.backend == "tensorrtllm" and not streaming:
+        from scripts.triton.repository.fill import read_model_config, repository_facts  # noqa: PLC0415
+
+        repo = Path(model_repository)
+        self.model_name = model_name or repository_facts(repo).engine_model
+        config = read_model_config(repo, self.model_name)
+        self.decoupled = bool(config.model_transaction_policy.decoupled)
+        self.batched = config.max_batch_size > 0
+        self.backend = config.backend
+        self.declared = {tensor.name: tensor for tensor in config.input}
+        self.dtype_names = {name: model_config_pb2.DataType.Name(t.data_type) for name, t in self.declared.items()}
+        missing = sorted(name for name, t in self.declared.items() if not t.optional and name not in self.FILLED)
+        if missing:
+            raise ValueError(f"{self.model_name} requires input {', '.join(map(repr, missing))}, which a direct engine "
+                             "request does not fill")
+        outputs = {tensor.name for tensor in config.output}
+        needed = ENGINE_OUTPUTS if self.backend == "tensorrtllm" else ENGINE_OUTPUTS[:1]
+        absent = [name for name in needed if name not in outputs]
+        if absent:
+            raise ValueError(f"{self.model_name} declares no output {', '.join(map(repr, absent))}, which this request needs")
+        self.outputs = tuple(name for name in ENGINE_OUTPUTS if name in outputs)
+        self.exclude_input = ""
+        if "exclude_input_in_output" in config.parameters:
+            self.exclude_input = config.parameters["exclude_input_in_output"].string_value
+
+    #: The inputs every request fills.
+    FILLED = ("input_ids", "input_lengths", "request_output_len", "streaming")
+
+    def output_includes_prompt(self, streaming: bool) -> bool:
         # Not streamed, TensorRT-LLM returns prompt + generated tokens per beam unless
         # exclude_input_in_output is true (default false, also when the value does not parse:
         # tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/model_instance_state.cc; what the
         # executor puts in a result: NVIDIA/TensorRT-LLM cpp/tensorrt_llm/batch_manager/llmRequest.cpp,
         # LlmRequest::createResult, read at a later commit than v0.17.0). Streamed, each response holds
         # only the tokens that are new since the previous one, whatever that parameter says.
-        exclude = config.parameters["exclude_input_in_output"].string_value if "exclude_input_in_output" in config.parameters else ""
-        includes_prompt = not _backend_bool(exclude)
-    return EngineModelRequest(model_name, inputs, tuple(name for name in ENGINE_OUTPUTS if name in outputs),
-                              len(prompt), includes_prompt)
+        return self.backend == "tensorrtllm" and not streaming and not _backend_bool(self.exclude_input)
+
+    def build(self, prompt_ids: list[int], max_tokens: int, *, streaming: bool = False,
+              **optional: Any) -> dict[str, np.ndarray]:
+        """The input tensors of one request; ``optional`` maps more input names to values (lists or
+        arrays; None: not sent)."""
+        prompt = [int(t) for t in prompt_ids]
+        if not prompt:
+            raise ValueError("prompt_ids is empty: send at least one token")
+        if int(max_tokens) <= 0:
+            raise ValueError(f"max_tokens must be a positive number of tokens, got {max_tokens}")
+        if streaming and not self.decoupled:
+            # TensorRT-LLM: "Streaming is only supported if model is deployed using decoupled mode."
+            # (tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/utils.cc, createRequestsFromInputTensors)
+            raise ValueError(f"{self.model_name} is not decoupled, so it cannot stream: fill the repository with "
+                             "decoupled_mode true")
+        values: dict[str, Any] = {"input_ids": prompt, "input_lengths": [len(prompt)], "request_output_len": [int(max_tokens)]}
+        if streaming:
+            values["streaming"] = [True]
+        values.update({name: value for name, value in optional.items() if value is not None})
+        undeclared = sorted(set(values) - set(self.declared))
+        if undeclared:
+            raise ValueError(f"{self.model_name} declares no input {', '.join(map(repr, undeclared))}")
+        inputs: dict[str, np.ndarray] = {}
+        for name, value in values.items():
+            dtype_name = self.dtype_names[name]
+            if dtype_name not in NUMPY_DTYPES:
+                raise ValueError(f"{self.model_name} input {name!r} is {dtype_name}, not a type this request sends")
+            array = np.asarray(value, dtype=NUMPY_DTYPES[dtype_name]).reshape(-1)
+            dims = [int(d) for d in self.declared[name].dims]
+            known = int(np.prod([d for d in dims if d != -1])) if dims else 1
+            if dims.count(-1) > 1 or known == 0 or array.size % known or (-1 not in dims and array.size != known):
+                raise ValueError(f"{self.model_name} input {name!r} has dims {dims}: it cannot hold {array.size} values")
+            shape = ([1] if self.batched else []) + [array.size // known if d == -1 else d for d in dims]
+            inputs[name] = array.reshape(shape)
+        return inputs
+
+
+def engine_model_request(model_repository: str | Path, prompt_ids: list[int], max_tokens: int, *,
+                         model_name: str | None = None, streaming: bool = False) -> EngineModelRequest:
+    """The request that sends ``prompt_ids`` straight to the engine model of a filled repository
+    (:class:`EngineInputs`); ``model_name`` defaults to the engine step of the repository's ensemble.
+    Send ``inputs`` and ask for ``outputs`` (:func:`tritonclient_args`), then read the answer with
+    :func:`generated_ids`.
+
+    TensorRT-LLM's backend takes the prompt as the whole ``input_ids`` row of a batch of one: it
+    cuts rows to ``input_lengths`` only in batches of several (tensorrtllm_backend@v0.17.0:
+    inflight_batcher_llm/src/utils.cc, splitBatchInputsTensors), so no padding is sent.
+    """
+    engine = EngineInputs(model_repository, model_name)
+    inputs = engine.build(prompt_ids, max_tokens, streaming=streaming)
+    return EngineModelRequest(engine.model_name, inputs, engine.outputs, len(prompt_ids),
+                              engine.output_includes_prompt(streaming))
 
 
 def generated_ids(request: EngineModelRequest, outputs: dict[str, np.ndarray]) -> list[int]:

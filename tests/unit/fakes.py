@@ -16,7 +16,7 @@ class FakeTokenizer:
     """A tokenizer with a Llama-style chat template that starts with BOS, and BOS added on encode:
     one token per character (its code point), so a prompt's token count is its length plus one."""
 
-    bos_token, bos_token_id, eos_token = "<s>", 0, "</s>"
+    bos_token, bos_token_id, eos_token, eos_token_id, pad_token_id = "<s>", 0, "</s>", 1, None
     chat_template = "template"
 
     def __call__(self, text, add_special_tokens=True):
@@ -72,7 +72,7 @@ class FakeBackend:
 
 
 class FakeEnsemble:
-    """:class:`scripts.triton.client.GrpcEnsemble` without a Triton: ``chunks`` for every request."""
+    """:class:`scripts.triton.client.GrpcModel` without a Triton: ``chunks`` for every request."""
 
     def __init__(self, chunks=CHUNKS):
         self.chunks, self.requests, self.closed = list(chunks), 0, False

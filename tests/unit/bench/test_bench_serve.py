@@ -95,7 +95,7 @@ def direct_triton(monkeypatch):
         opened.append(grpc_url)
         return triton
 
-    monkeypatch.setattr(bench, "GrpcEnsemble", open_ensemble)
+    monkeypatch.setattr(bench, "GrpcModel", open_ensemble)
     monkeypatch.setattr(bench, "repository_facts", lambda _repo: FACTS)
     monkeypatch.setattr(bench, "load_tokenizer", lambda _dir: FakeTokenizer())
     triton.opened = opened

@@ -195,20 +195,20 @@ def test_a_cancelled_stream_of_the_engine_model_is_aborted_in_the_engine(stack):
     (its KV cache freed at once), as the engine's counter shows."""
     import asyncio
 
-    from scripts.triton.client import GrpcEnsemble
+    from scripts.triton.client import GrpcModel
     from scripts.triton.engine_request import engine_model_request
 
     _, triton = stack
     url = triton.info["metrics_url"]
     before = metric(url, CANCELLED)
     request = engine_model_request(triton.repo, [1, 265, 611], 480, streaming=True)
-    engine = GrpcEnsemble(triton.info["grpc_url"], request.model_name, request.outputs)
+    engine = GrpcModel(triton.info["grpc_url"], request.model_name, request.outputs)
     inputs = request.inputs
 
     async def leave_early():
         chunks = engine.generate(inputs)
         await anext(chunks)
-        await chunks.aclose()  # GrpcEnsemble cancels the stream of a request it did not read to the end
+        await chunks.aclose()  # GrpcModel cancels the stream of a request it did not read to the end
 
     async def all_of_them():
         await asyncio.gather(*(leave_early() for _ in range(16)))

@@ -12,7 +12,7 @@ from scripts.engine import config as engine
 from scripts.triton import client as triton_llm
 from scripts.profiles import load_profile
 from scripts.triton.client import (CHUNK_OUTPUTS, MAX_TOP_K, Chunk, EnsembleRequest, InProcessTriton, chunk_from_outputs,
-                                ensemble_inputs, ensemble_outputs, in_process_available, make_backend)
+                                ensemble_inputs, model_outputs, in_process_available, make_backend)
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile, read_model_config, repository_facts
 
 from fakes import CHUNKS, FakeEnsemble
@@ -52,18 +52,22 @@ def test_chunk_from_outputs():
     ids = np.array([[[7, 8, 9, 0]]], dtype=np.int32)  # [batch, beams, tokens], padded past sequence_length
     assert chunk_from_outputs(np.array([[b"\xef\xbf\xbd"]], dtype=object), np.array([[3]], dtype=np.int32), ids) == Chunk("\ufffd", 3, [7, 8, 9])
     assert chunk_from_outputs(np.array([[b"x"]], dtype=object), None, ids).ids == [7, 8, 9, 0]
+    assert chunk_from_outputs(None, None, ids) == Chunk("", 4, [7, 8, 9, 0])  # an engine model: ids only, counted
+    assert chunk_from_outputs(None, np.array([[2]], dtype=np.int32), ids) == Chunk("", 2, [7, 8])
 
 
-def test_ensemble_outputs_asks_only_for_what_the_ensemble_declares(filled_repo, tmp_path):
-    assert ensemble_outputs(filled_repo) == CHUNK_OUTPUTS == ("text_output", "sequence_length", "output_ids")
+def test_model_outputs_asks_only_for_what_the_model_declares(filled_repo, tmp_path):
+    assert model_outputs(filled_repo) == CHUNK_OUTPUTS == ("text_output", "sequence_length", "output_ids")
     config = read_model_config(filled_repo, "ensemble")  # as TensorRT-LLM's stock ensemble: no output_ids
     del config.output[[output.name for output in config.output].index("output_ids")]
     stock = tmp_path / "stock"
     (stock / "ensemble").mkdir(parents=True)
     (stock / "ensemble" / "config.pbtxt").write_text(text_format.MessageToString(config))
-    assert ensemble_outputs(stock) == ("text_output", "sequence_length")
-    with pytest.raises(ValueError, match="has no text_output"):
-        ensemble_outputs(filled_repo, "preprocessing")
+    assert model_outputs(stock) == ("text_output", "sequence_length")
+    engine = repository_facts(filled_repo).engine_model  # an engine model answers in token ids
+    assert model_outputs(filled_repo, engine) == ("sequence_length", "output_ids")
+    with pytest.raises(ValueError, match="has neither text_output nor output_ids"):
+        model_outputs(filled_repo, "preprocessing")
 
 
 def test_in_process_api_is_not_on_pypi():
@@ -80,8 +84,14 @@ def filled_repo(build_root):
 def test_make_backend_needs_a_filled_ensemble_and_a_known_mode(tmp_path, filled_repo):
     with pytest.raises(FileNotFoundError, match="fill the repository first"):
         make_backend(tmp_path, "ensemble")
-    with pytest.raises(ValueError, match="auto, in-process or managed"):
+    with pytest.raises(ValueError, match="auto, in-process, managed or attached"):
         make_backend(filled_repo, "ensemble", mode="remote")
+    with pytest.raises(ValueError, match="triton_url"):
+        make_backend(filled_repo, "ensemble", mode="attached")
+    with pytest.raises(ValueError, match="triton_url"):
+        make_backend(filled_repo, "ensemble", mode="managed", triton_url="127.0.0.1:8001")
+    attached = make_backend(filled_repo, "ensemble", mode="attached", triton_url="127.0.0.1:8001")
+    assert attached.info()["grpc_url"] == "127.0.0.1:8001" and attached.mode == "attached"
 
 
 class FakeTensor:
@@ -223,7 +233,7 @@ def test_attached_triton_calls_a_running_triton_and_never_stops_it(monkeypatch, 
     made = []
 
     class Ensemble(FakeEnsemble):
-        """:class:`GrpcEnsemble` as AttachedTriton builds it, over no Triton."""
+        """:class:`GrpcModel` as AttachedTriton builds it, over no Triton."""
 
         def __init__(self, grpc_url, model_name, outputs):
             super().__init__()
@@ -233,7 +243,7 @@ def test_attached_triton_calls_a_running_triton_and_never_stops_it(monkeypatch, 
         async def ready(self):
             return self.is_ready
 
-    monkeypatch.setattr(triton_llm, "GrpcEnsemble", Ensemble)
+    monkeypatch.setattr(triton_llm, "GrpcModel", Ensemble)
     backend = triton_llm.AttachedTriton("127.0.0.1:8001", filled_repo)
     assert made == [("127.0.0.1:8001", "ensemble", CHUNK_OUTPUTS)]  # the outputs the filled ensemble declares
     assert backend.mode == "attached"
@@ -244,9 +254,9 @@ def test_attached_triton_calls_a_running_triton_and_never_stops_it(monkeypatch, 
         return await backend.ready(), [c async for c in backend.generate({})]
 
     assert asyncio.run(ready_and_chunks()) == (True, CHUNKS)
-    backend.ensemble.is_ready = False
+    backend.model_client.is_ready = False
     assert asyncio.run(backend.ready()) is False
-    backend.ensemble.is_ready = True
+    backend.model_client.is_ready = True
     assert backend.stop() is None  # the Triton is its owner's: nothing stopped, nothing closed
-    assert not backend.ensemble.closed and asyncio.run(ready_and_chunks()) == (True, CHUNKS)
-    assert backend.ensemble.requests == 2
+    assert not backend.model_client.closed and asyncio.run(ready_and_chunks()) == (True, CHUNKS)
+    assert backend.model_client.requests == 2
