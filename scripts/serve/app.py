@@ -32,22 +32,42 @@ from scripts.paths import REPO_ROOT
 from scripts.profiles import load_profile
 from scripts.serve.config import (APP_NAME, DEPLOYMENT_NAME, config_path, deployment_options, fill_serve_repository,
                                   serve_repo_dir)
-from scripts.serve.openai_api import OpenAIError
+from scripts.serve.openai_api import ChatCompletionRequest, CompletionRequest, OpenAIError
+from scripts.serve.openai_schema import (GUARDED, ChatCompletion, ChatCompletionChunk, GenerateResponse, HealthResponse,
+                                         ModelList, TextCompletion, TextCompletionChunk, complete_openapi, errors,
+                                         json_request, streamed)
 from scripts.serve.service import LLMService, Reply, load_tokenizer
 from scripts.triton.client import make_backend
+from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import repository_facts
 
 # The application's names, and those of scripts.serve.config that notebook 05 imports from here.
 __all__ = ["APP_NAME", "DEPLOYMENT_NAME", "BUILDER_ARGS", "TritonDeployment", "TritonReplica", "api", "app_builder",
            "config_path", "fill_serve_repository", "replica_service", "serve_repo_dir"]
 
-BUILDER_ARGS = ("profile", "model_repository", "mode", "served_model_name")
+BUILDER_ARGS = ("profile", "model_repository", "mode", "served_model_name", "triton_model", "triton_url", "num_replicas")
+
+#: What a replica calls in Triton: the ensemble (preprocessing -> engine -> postprocessing: the
+#: TensorRT-LLM contract of notebooks 02-04), or the decoupled engine model itself (token ids in and
+#: out; the replica tokenizes and detokenizes, two Python-backend hops fewer per request).
+TRITON_MODELS = ("ensemble", "engine")
 
 #: The one setting that turns on the bearer-token check: the key, in the replicas' environment
 #: (``runtime_env: {env_vars: {TUTORIAL_API_KEY: ...}}``, or exported before ``ray start``/``serve run``).
 API_KEY_ENV = "TUTORIAL_API_KEY"
 
-api = FastAPI(title="LLM on Triton behind Ray Serve", description="OpenAI-compatible routes over a Triton ensemble")
+
+class _DescribedAPI(FastAPI):
+    """FastAPI whose ``/openapi.json`` also has the request bodies that the routes parse themselves
+    (:func:`scripts.serve.openai_schema.complete_openapi`)."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            self.openapi_schema = complete_openapi(super().openapi())
+        return self.openapi_schema
+
+
+api = _DescribedAPI(title="LLM on Triton behind Ray Serve", description="OpenAI-compatible routes over a Triton ensemble")
 
 
 @api.exception_handler(OpenAIError)
@@ -113,30 +133,38 @@ def _reply(reply: Reply) -> Any:
     return reply if isinstance(reply, dict) else StreamingResponse(reply, media_type="text/event-stream")
 
 
-@api.get("/health")
+@api.get("/health", response_model=HealthResponse, summary="Whether Triton's model is ready (no API key needed)",
+         responses={503: {"model": HealthResponse, "description": "Triton's model is not ready (loading, or gone)."}})
 async def health(service: Service) -> JSONResponse:
     status, body = await service.health()
     return JSONResponse(body, status_code=status)
 
 
-@api.get("/v1/models", dependencies=Authorized)
+@api.get("/v1/models", dependencies=Authorized, response_model=ModelList, openapi_extra=GUARDED, responses=errors(401))
 async def models(service: Service) -> dict[str, Any]:
     return service.models()
 
 
-@api.get("/generate", dependencies=Authorized)
-async def generate(service: Service, query: str = Query(..., description="the prompt"),
-                   max_tokens: int = Query(64, description="tokens to generate at most")) -> dict[str, Any]:
+@api.get("/generate", dependencies=Authorized, response_model=GenerateResponse, openapi_extra=GUARDED,
+         responses=errors(400, 401, 500))
+async def generate(service: Service, query: str = Query(..., description="the prompt", examples=["Ray Serve takes"]),
+                   max_tokens: int = Query(64, description="tokens to generate at most", examples=[16]),
+                   ) -> dict[str, Any]:
     """The first seed's route: greedy text for a prompt."""
     return await service.generate(query, max_tokens)
 
 
-@api.post("/v1/chat/completions", dependencies=Authorized)
+@api.post("/v1/chat/completions", dependencies=Authorized, response_model=ChatCompletion,
+          openapi_extra=GUARDED | json_request(ChatCompletionRequest,
+                                               {"messages": [{"role": "user", "content": "What is Triton?"}]}),
+          responses=streamed(ChatCompletionChunk) | errors(400, 401, 404, 413, 415, 500))
 async def chat_completions(body: Body, service: Service):
     return _reply(await service.chat_completions(body))
 
 
-@api.post("/v1/completions", dependencies=Authorized)
+@api.post("/v1/completions", dependencies=Authorized, response_model=TextCompletion,
+          openapi_extra=GUARDED | json_request(CompletionRequest, {"prompt": "Ray Serve takes"}),
+          responses=streamed(TextCompletionChunk) | errors(400, 401, 404, 413, 415, 500))
 async def completions(body: Body, service: Service):
     return _reply(await service.completions(body))
 
@@ -147,13 +175,18 @@ class TritonReplica:
     """One replica: one Triton (in-process or a managed process) and the service over it."""
 
     def __init__(self, model_repository: str, served_model_name: str, default_max_tokens: int = 64,
-                 mode: str = "auto", model_name: str = "ensemble", ready_timeout_s: float = 600):
+                 mode: str = "auto", triton_model: str = "ensemble", ready_timeout_s: float = 600,
+                 triton_url: str | None = None):
         repo = Path(model_repository)
-        facts = repository_facts(repo, model_name)
+        facts = repository_facts(repo)
         tokenizer = load_tokenizer(facts.tokenizer_dir)  # before Triton: a broken tokenizer fails fast
-        backend = make_backend(repo, model_name, mode, ready_timeout_s)
+        if triton_model not in TRITON_MODELS:
+            raise ValueError(f"triton_model must be one of {TRITON_MODELS}, got {triton_model!r}")
+        engine = EngineInputs(repo, facts.engine_model) if triton_model == "engine" else None
+        model_name = facts.engine_model if engine is not None else "ensemble"
+        backend = make_backend(repo, model_name, mode, ready_timeout_s, triton_url)
         self.service = LLMService(backend, facts, tokenizer, served_model_name, default_max_tokens,
-                                  api_key=os.environ.get(API_KEY_ENV) or None)
+                                  api_key=os.environ.get(API_KEY_ENV) or None, engine=engine)
 
     async def check_health(self) -> None:
         """Serve calls this periodically: a replica whose Triton model is not ready is replaced."""
@@ -181,8 +214,10 @@ def app_builder(args: dict[str, Any] | None = None):
     """The application for ``serve run`` / ``serve deploy`` (``import_path: scripts.serve.app:app_builder``).
 
     ``args``: ``profile`` (default cpu), ``model_repository`` (default ``build/triton_repo/<profile>-serve``;
-    relative paths are relative to the repository root), ``mode`` (auto | managed | in-process),
-    ``served_model_name``.
+    relative paths are relative to the repository root), ``mode`` (auto | managed | in-process |
+    attached), ``served_model_name``, ``triton_model`` (ensemble | engine; default the profile's
+    ``serve_triton_model``), ``triton_url`` (the gRPC address of a running Triton that every replica
+    shares: mode attached).
     """
     args = dict(args or {})
     unknown = sorted(set(args) - set(BUILDER_ARGS))
@@ -194,9 +229,15 @@ def app_builder(args: dict[str, Any] | None = None):
     if not (repo / "ensemble" / "config.pbtxt").is_file():
         raise FileNotFoundError(f"{repo} holds no filled ensemble: run notebooks 00-02 and fill_serve_repository "
                                 "(notebook 05 does)")
-    return TritonDeployment.options(**deployment_options(profile)).bind(
+    options = deployment_options(profile)
+    if args.get("num_replicas") is not None:  # a fixed count instead of the profile's autoscaling (benchmarks)
+        del options["autoscaling_config"]
+        options["num_replicas"] = int(args["num_replicas"])
+    return TritonDeployment.options(**options).bind(
         str(repo.resolve()), str(args.get("served_model_name") or profile["served_model_name"]),
-        int(profile["serve_default_max_tokens"]), str(args.get("mode", "auto")))
+        int(profile["serve_default_max_tokens"]), str(args.get("mode", "attached" if args.get("triton_url") else "auto")),
+        str(args.get("triton_model") or profile["serve_triton_model"]),
+        triton_url=args.get("triton_url"))
 
 
 def __getattr__(name: str):

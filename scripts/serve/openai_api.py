@@ -13,9 +13,10 @@ import json
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Optional, Union
+from typing import Annotated, Any, Iterable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      ValidationError)
 
 # Notebook 05 imports the detokenizer from here, next to the chunks it fills; it lives with the
 # rest of the streamed text's assembly in scripts.serve.streaming.
@@ -23,6 +24,8 @@ from scripts.serve.streaming import IncrementalDetokenizer  # noqa: F401
 
 #: Most stop sequences a request may give (OpenAI's limit).
 MAX_STOP_SEQUENCES = 4
+#: The seeds a request may give: Triton's random_seed is a uint64, vLLM's OpenAI server takes an int64.
+SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
 
 
 class OpenAIError(Exception):
@@ -35,6 +38,15 @@ class OpenAIError(Exception):
 
     def body(self) -> dict[str, Any]:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def _integral(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: An integer as JSON has it: 8 or 8.0 (JSON Schema's "integer", which the OpenAPI schema declares),
+#: not 8.5, "8" or true.
+JsonInt = Annotated[StrictInt, BeforeValidator(_integral)]
 
 
 class _Request(BaseModel):
@@ -70,31 +82,33 @@ class ChatMessage(_Request):
 
 
 class StreamOptions(_Request):
-    include_usage: StrictBool = False
+    include_usage: StrictBool = Field(False, description="end the stream with a chunk that holds the usage")
 
 
 class _Sampling(_Request):
-    model: Optional[StrictStr] = None
-    max_tokens: Optional[StrictInt] = None
-    max_completion_tokens: Optional[StrictInt] = None
+    model: Optional[StrictStr] = Field(None, description="the served model's name (GET /v1/models); any other is a 404")
+    max_tokens: Optional[JsonInt] = Field(None, description="tokens to generate at most (at least 1); unset: the "
+                                          "server's default, capped by the room the prompt leaves")
+    max_completion_tokens: Optional[JsonInt] = Field(None, description="max_tokens under its newer name")
     temperature: StrictFloat = Field(1.0, ge=0, le=2)
     top_p: StrictFloat = Field(1.0, gt=0, le=1)
-    stop: Union[StrictStr, list[StrictStr], None] = None
-    stream: StrictBool = False
+    stop: Union[StrictStr, list[StrictStr], None] = Field(None, description=f"up to {MAX_STOP_SEQUENCES} non-empty "
+                                                          "strings; the text ends before the first one generated")
+    stream: StrictBool = Field(False, description="answer with Server-Sent Events (text/event-stream)")
     stream_options: Optional[StreamOptions] = None
-    seed: Optional[StrictInt] = None
-    ignore_eos: StrictBool = False  # vLLM's extension: generate max_tokens tokens, past the end of text
+    seed: Optional[JsonInt] = Field(None, json_schema_extra={"minimum": SEED_RANGE[0], "maximum": SEED_RANGE[1]})
+    ignore_eos: StrictBool = Field(False, description="vLLM's extension: generate max_tokens tokens, past the end of text")
     presence_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
     frequency_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
-    n: StrictInt = 1
+    n: JsonInt = Field(1, description="choices per request: only 1")
 
 
 class ChatCompletionRequest(_Sampling):
-    messages: list[ChatMessage] = Field(min_length=1)
+    messages: list[ChatMessage] = Field(min_length=1, description="the conversation, ending with a user message")
 
 
 class CompletionRequest(_Sampling):
-    prompt: StrictStr
+    prompt: StrictStr = Field(description="the text to continue")
 
 
 @dataclass
@@ -124,7 +138,7 @@ class Generation:
 
 
 def decode_body(body: bytes) -> Any:
-    """The JSON value of a request body; 400 for a body that is not UTF-8 or not JSON."""
+    """The JSON value of a request body; 400 for a body that is not UTF-8, not JSON or not Unicode."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -132,9 +146,15 @@ def decode_body(body: bytes) -> Any:
     if not text.strip():
         raise OpenAIError(400, "the request body is empty: send a JSON object")
     try:
-        return json.loads(text)
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise OpenAIError(400, f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    try:  # a \ud800 escape without its pair decodes to a string that cannot be encoded (to Triton) again
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise OpenAIError(400, f"the request body has a lone surrogate {exc.object[exc.start]!r} (a \\u escape of half a "
+                          "UTF-16 pair): send valid Unicode text") from None
+    return data
 
 
 def _validation_error(exc: ValidationError) -> OpenAIError:
@@ -176,12 +196,16 @@ def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> t
     max_tokens = req.max_completion_tokens if req.max_completion_tokens is not None else req.max_tokens
     if max_tokens is not None and max_tokens <= 0:
         raise OpenAIError(400, f"'max_tokens' must be at least 1, got {max_tokens}", param="max_tokens")
+    if req.seed is not None and not SEED_RANGE[0] <= req.seed <= SEED_RANGE[1]:
+        raise OpenAIError(400, f"'seed' must be an integer from {SEED_RANGE[0]} to {SEED_RANGE[1]}, got {req.seed}",
+                          param="seed")
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_SEQUENCES or any(not s for s in stop):
         raise OpenAIError(400, f"'stop' takes up to {MAX_STOP_SEQUENCES} non-empty strings, got {stop!r}", param="stop")
     gen = Generation(kind=kind, model=served_model, max_tokens=max_tokens, temperature=float(req.temperature),
                      top_p=float(req.top_p), stop=stop, stream=req.stream,
-                     include_usage=bool(req.stream_options and req.stream_options.include_usage), seed=req.seed,
+                     include_usage=bool(req.stream_options and req.stream_options.include_usage),
+                     seed=None if req.seed is None else req.seed % (1 << 64),  # a negative seed: its two's complement
                      ignore_eos=req.ignore_eos,
                      presence_penalty=float(req.presence_penalty), frequency_penalty=float(req.frequency_penalty))
     return req, gen

@@ -200,8 +200,9 @@ def started(monkeypatch):
     """What the replica starts, recorded: the tokenizer it loads and the Triton it launches."""
     calls = {}
 
-    def make_backend(repo, model_name, mode, ready_timeout_s):
+    def make_backend(repo, model_name, mode, ready_timeout_s, triton_url=None):
         calls["backend"] = (Path(repo), model_name, mode, ready_timeout_s)
+        calls["triton_url"] = triton_url
         calls["backend_object"] = FakeBackend()
         return calls["backend_object"]
 
@@ -220,6 +221,37 @@ def test_a_replica_starts_triton_on_the_repository_and_serves_from_it(serve_repo
     assert started["tokenizer_dir"] == replica.service.facts.tokenizer_dir and replica.service.facts.decoupled
     assert replica.service.backend is started["backend_object"]
     assert replica.service.served_model_name == "tiny-llama" and replica.service.default_max_tokens == 16
+
+
+def test_a_replica_can_call_the_engine_model_itself(serve_repo, started):
+    """triton_model="engine": Triton loads the decoupled engine model alone, the replica sends token
+    ids (its own tokenization) and decodes the ids that come back."""
+    from fakes import ByteTokenizer
+    from scripts.triton.client import Chunk
+
+    replica = serve_app.TritonReplica(str(serve_repo), "tiny-llama", 16, mode="managed", triton_model="engine")
+    engine = replica.service.facts.engine_model
+    assert started["backend"] == (serve_repo, engine, "managed", 600) and replica.service.engine.model_name == engine
+    service = replica.service
+    service.tokenizer = ByteTokenizer()
+    service.backend = FakeBackend([Chunk("", 2, list("Tr".encode())), Chunk("", 3, list("iton".encode())[:3]),
+                                   Chunk("", 1, [ord("n")])])
+    body = json.dumps({"prompt": "Ray", "max_tokens": 6, "stop": ["on"], "temperature": 0.5, "seed": 3,
+                       "ignore_eos": True}).encode()
+    answer = asyncio.run(service.completions(body))
+    assert answer["choices"][0]["text"] == "Trit" and answer["usage"]["completion_tokens"] == 6
+    sent = service.backend.calls[-1]
+    assert sent["input_ids"].tolist() == [[0, *map(ord, "Ray")]] and sent["request_output_len"].tolist() == [[6]]
+    assert sent["streaming"].tolist() == [[True]] and sent["end_id"].tolist() == [[-1]]  # ignore_eos
+    assert sent["temperature"].tolist() == [[0.5]] and sent["random_seed"].tolist() == [[3]]
+    assert sent["stop_words_list"].tolist() == [[[ord("o"), ord("n")], [2, -1]]]
+    with pytest.raises(ValueError, match="triton_model must be one of"):
+        serve_app.TritonReplica(str(serve_repo), "tiny-llama", triton_model="vllm_model")
+
+
+def test_a_replica_attaches_to_a_shared_triton(serve_repo, started):
+    serve_app.TritonReplica(str(serve_repo), "tiny-llama", mode="attached", triton_url="127.0.0.1:8001")
+    assert started["backend"][2] == "attached" and started["triton_url"] == "127.0.0.1:8001"
 
 
 def test_replica_hooks(serve_repo, started, monkeypatch):
@@ -260,10 +292,16 @@ def test_app_builder_rejects_unknown_args_and_missing_repositories(build_root):
 def test_app_builder_binds_the_repository(serve_repo):
     profile = load_profile("cpu")
     bound = serve_app.app_builder({"profile": "cpu", "mode": "managed"})._bound_deployment
-    assert bound.init_args == (str(serve_repo), profile["served_model_name"], profile["serve_default_max_tokens"], "managed")
+    assert bound.init_args == (str(serve_repo), profile["served_model_name"], profile["serve_default_max_tokens"], "managed",
+                               profile["serve_triton_model"])
+    assert bound.init_kwargs == {"triton_url": None}
     assert bound.ray_actor_options["num_gpus"] == 0 and bound.name == serve_app.DEPLOYMENT_NAME
     named = serve_app.app_builder({"served_model_name": "other"})._bound_deployment
-    assert named.init_args[1:] == ("other", profile["serve_default_max_tokens"], "auto")
+    assert named.init_args[1:] == ("other", profile["serve_default_max_tokens"], "auto", profile["serve_triton_model"])
+    shared = serve_app.app_builder({"triton_url": "127.0.0.1:8001", "triton_model": "engine"})._bound_deployment
+    assert shared.init_args[3:] == ("attached", "engine") and shared.init_kwargs == {"triton_url": "127.0.0.1:8001"}
+    fixed = serve_app.app_builder({"num_replicas": 3})._bound_deployment
+    assert fixed._deployment_config.num_replicas == 3 and fixed._deployment_config.autoscaling_config is None
     assert serve_app.app._bound_deployment.init_args == named.init_args[:1] + (profile["served_model_name"],) + named.init_args[2:]
 
 
