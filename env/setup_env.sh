@@ -17,6 +17,29 @@ if [ "${TUTORIAL_SKIP_SETUP:-0}" = "1" ]; then
   exit 0
 fi
 
+# Prometheus for notebook 07's monitoring: Debian's package, which has promtool too (a command -v when
+# it is there). Installing needs root; without it notebook 07 skips its monitoring cells. The package's
+# postinst starts a system prometheus on :9090 (invoke-rc.d / deb-systemd-invoke) and enables it at
+# boot; the tutorial runs its own on 127.0.0.1 (scripts/monitor), so a policy-rc.d that denies starts
+# is in place during the install (Docker images ship one already) and the service is disabled after.
+if ! command -v prometheus >/dev/null 2>&1; then
+  prom_install="DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus"
+  if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "setup_env: prometheus is not installed; as root run: apt-get update && $prom_install"
+    echo "setup_env: until then notebook 07's monitoring cells are skipped"
+  else
+    echo "setup_env: installing Debian's prometheus (and promtool) with apt-get"
+    policy=/usr/sbin/policy-rc.d; own_policy=0
+    if [ ! -e "$policy" ]; then printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 755 "$policy" && own_policy=1; fi
+    if ! eval "$prom_install" >/dev/null 2>&1 && ! { apt-get update -qq && eval "$prom_install" >/dev/null; }; then
+      echo "setup_env: installing prometheus failed; notebook 07's monitoring cells will be skipped"
+    fi
+    if [ "$own_policy" = 1 ]; then rm -f "$policy"; fi
+    deb-systemd-helper disable prometheus.service >/dev/null 2>&1 || true
+    update-rc.d prometheus disable >/dev/null 2>&1 || true
+  fi
+fi
+
 # shellcheck source=env/pick_python.sh
 source "$repo/env/pick_python.sh"
 py=$(pick_python) || exit 1

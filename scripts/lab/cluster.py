@@ -58,6 +58,10 @@ class LocalCluster:
     lets Ray count the real ones. ``override_resources`` is what the node says it has
     (``RAY_OVERRIDE_RESOURCES``, e.g. ``{"GPU": 3}``); ``serve_env`` are environment variables Serve's
     controller reads when it starts (``RAY_SERVE_SLOW_STARTUP_WARNING_S``, ...).
+    ``include_dashboard`` starts the Ray Dashboard on a free port of 127.0.0.1 (:attr:`dashboard_url`);
+    it also writes Ray's Prometheus service-discovery file (scripts/monitor/prometheus.py).
+    ``metrics_export_port`` is the port of the node's metrics agent (``ray.init(_metrics_export_port=...)``,
+    ray/_private/worker.py); None: a free one, which ``ray.nodes()`` reports as ``MetricsExportPort``.
     """
 
     num_cpus: int
@@ -67,6 +71,9 @@ class LocalCluster:
     port: int = 0
     pids: list[int] = field(default_factory=list)
     nodes: list = field(default_factory=list)  # nodes added with add_node (ray._private.node.Node)
+    include_dashboard: bool = False
+    metrics_export_port: int | None = None
+    dashboard_url: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -84,14 +91,17 @@ class LocalCluster:
         if self.override_resources:
             os.environ["RAY_OVERRIDE_RESOURCES"] = json.dumps(dict(self.override_resources))
         try:
-            ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus, include_dashboard=False,
-                     _node_ip_address="127.0.0.1", logging_level=logging.ERROR, log_to_driver=False,
-                     configure_logging=True)
+            dashboard = {"dashboard_host": "127.0.0.1", "dashboard_port": free_port()} if self.include_dashboard else {}
+            context = ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                               include_dashboard=self.include_dashboard, _node_ip_address="127.0.0.1",
+                               logging_level=logging.ERROR, log_to_driver=False, configure_logging=True,
+                               _metrics_export_port=self.metrics_export_port, **dashboard)
         finally:
             os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
             if previous is not None:
                 os.environ["RAY_OVERRIDE_RESOURCES"] = previous
         self.pids = ray_process_ids()
+        self.dashboard_url = f"http://{context.dashboard_url}" if self.include_dashboard and context.dashboard_url else None
         self.port = free_port()
         serve.start(http_options={"host": bind_host(), "port": self.port})
         quiet_ray_logging()  # serve.start configures its logger again

@@ -1,5 +1,6 @@
 """scripts.lab.cluster against a real local Ray cluster; scripts.lab.chat's pure parts."""
 import os
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +36,23 @@ def test_all_distinct_needs_every_value_present_and_different():
     assert all_distinct([{"pid": 1}, {"pid": 2}], "pid")
     assert not all_distinct([{"pid": 1}, {"pid": 1}], "pid")
     assert not all_distinct([{"pid": 1}, {}], "pid")
+
+
+def test_local_cluster_with_dashboard_and_metrics_port_on_loopback():
+    ray = pytest.importorskip("ray")
+    import requests
+
+    from scripts.monitor.prometheus import ray_metrics_targets, ray_service_discovery_file
+    from scripts.triton.server import free_port
+
+    port = free_port()
+    cluster = LocalCluster(num_cpus=1, include_dashboard=True, metrics_export_port=port)
+    assert LocalCluster(num_cpus=1).include_dashboard is False  # the default stays without a dashboard
+    with cluster:
+        assert cluster.dashboard_url.startswith("http://127.0.0.1:")
+        assert requests.get(cluster.dashboard_url, timeout=10).status_code == 200
+        assert [t.rsplit(":", 1)[1] for t in ray_metrics_targets()] == [str(port)]
+        metrics = requests.get(f"http://{ray_metrics_targets()[0]}/metrics", timeout=10).text
+        assert "ray_" in metrics
+        assert ray_service_discovery_file().parent == Path(ray._private.worker._global_node.get_session_dir_path())
+    assert not [p for p in cluster.pids if is_running(p)]
