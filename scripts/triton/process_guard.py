@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -153,6 +155,18 @@ def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, 
             shm_seen |= shm_files_of(members)
             next_scan = time.monotonic() + shm_every_s
         time.sleep(poll_s)
+
+
+def start_detached_guard(group: int, log, grace_s: float, shm_prefix: str | None = None, timeout_s: float = 30) -> None:
+    """Start this guard for the process group ``group`` with this process as its owner: inside that
+    group, detached (see above), its output appended to ``log`` (a file object or None). Raises
+    RuntimeError when it did not start."""
+    args = [sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group", str(group),
+            "--grace", str(grace_s), "--detach"] + (["--shm-prefix", shm_prefix] if shm_prefix else [])
+    starter = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, process_group=group,
+                               cwd=Path(__file__).resolve().parents[2])
+    if starter.wait(timeout=timeout_s) != 0:
+        raise RuntimeError(f"the process guard of group {group} did not start (status {starter.returncode})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,185 @@
+"""vLLM's own OpenAI server (``vllm serve``), the baseline the benchmark compares Triton and Ray Serve with.
+
+    with VllmServer.from_profile("cpu") as server:      # 127.0.0.1, a free port, ready-polled
+        requests.post(f"{server.url}/v1/completions", json={"model": "tiny-llama", "prompt": "Ray", "max_tokens": 8})
+
+The engine settings are the ones Triton's ``vllm_engine`` model runs: the profile's engine config
+(``scripts.engine.config.engine_settings``, the contents of ``engine_config.json``) turned into
+``vllm serve`` flags by the same ``vllm_engine_kwargs`` that builds the engine in Triton's backend
+and in ``run.py``, and the same environment (``vllm_environment``: ``VLLM_CPU_KVCACHE_SPACE`` ...).
+Each keyword becomes the flag of the same name: vLLM derives its CLI from ``EngineArgs`` fields
+(``vllm/engine/arg_utils.py``, ``add_cli_args``: ``--max-model-len``; booleans are
+``BooleanOptionalAction``, so ``--enforce-eager`` / ``--no-enforce-eager``).
+
+The command runs through :mod:`scripts.bench.vllm_cli` (the ``vllm`` command does not start with
+``vllm-cpu`` alone; that module says why). The server runs in a process group of its own, with the
+detached guard of :mod:`scripts.triton.process_guard` inside it, so that vLLM's engine-core
+process and its ``/dev/shm`` files go when this process is killed outright; :meth:`VllmServer.stop`
+sends the group SIGTERM, waits, then SIGKILLs what is left and removes the shared memory it used.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from scripts.bench.vllm_cli import require_vllm
+from scripts.engine.config import engine_settings, read_engine_config, vllm_engine_kwargs, vllm_environment
+from scripts.paths import REPO_ROOT, build_dir
+from scripts.profiles import Profile, load_profile
+from scripts.triton.process_guard import live_group_members, shm_files_of, start_detached_guard, stop_group
+from scripts.triton.server import free_port
+
+#: Seconds the guard gives the group between SIGTERM and SIGKILL once its owner is dead.
+OWNER_GONE_GRACE_S = 2
+
+
+class VllmStartError(RuntimeError):
+    """``vllm serve`` exited or did not become ready; the message ends with its log tail."""
+
+
+def serve_flags(kwargs: dict[str, Any]) -> list[str]:
+    """``vllm serve`` arguments for engine keyword arguments: ``model`` positional, the rest flags."""
+    args = [str(kwargs["model"])]
+    for key, value in kwargs.items():
+        if key == "model" or value is None:
+            continue
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args.append(flag if value else f"--no-{flag[2:]}")
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def vllm_log_path(port: int) -> Path:
+    return build_dir() / "vllm" / "logs" / f"vllm-serve-{port}.log"
+
+
+class VllmServer:
+    """One ``vllm serve`` process group: started on a free loopback port, polled until ready, stopped by handle."""
+
+    def __init__(self, config: dict[str, Any], served_model_name: str, *, port: int | None = None,
+                 log_path: Path | None = None, extra_args: tuple[str, ...] = ()):
+        self.config = dict(config)
+        self.served_model_name = served_model_name
+        self.host = "127.0.0.1"
+        self.port = port or free_port()
+        self.extra_args = tuple(extra_args)
+        self.log_path = Path(log_path) if log_path else vllm_log_path(self.port)
+        self.process: subprocess.Popen | None = None
+        self.startup_s: float | None = None
+
+    @classmethod
+    def from_profile(cls, profile: str | Profile = "cpu", engine_dir: str | Path | None = None, **kwargs) -> "VllmServer":
+        """The profile's vLLM engine: ``engine_dir``'s ``engine_config.json`` when given (what Triton's
+        ``vllm_engine`` reads), else the same settings computed from the profile."""
+        profile = load_profile(profile) if isinstance(profile, str) else profile
+        if profile.engine != "vllm":
+            raise ValueError(f"profile {profile.name!r} runs {profile.engine}, not vLLM: use the cpu profile")
+        config = read_engine_config(engine_dir) if engine_dir else engine_settings(profile)
+        return cls(config, profile["served_model_name"], **kwargs)
+
+    # -- the command, built without running it ------------------------------------------------------
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "scripts.bench.vllm_cli", "serve", *serve_flags(vllm_engine_kwargs(self.config)),
+                "--served-model-name", self.served_model_name, "--host", self.host, "--port", str(self.port),
+                *self.extra_args]
+
+    def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env.update(vllm_environment(self.config))
+        env.setdefault("LC_ALL", "C.UTF-8")
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    # -- handle ---------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def start(self, timeout_s: float = 300) -> "VllmServer":
+        """Start and wait until ``/health`` answers 200; the start-up time is kept in ``startup_s``."""
+        require_vllm()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=self.environment(),
+                                            cwd=REPO_ROOT, process_group=0)
+            atexit.register(self.stop)  # a script that dies before its teardown still stops the server
+            try:
+                start_detached_guard(self.process.pid, log, OWNER_GONE_GRACE_S)
+            except BaseException:
+                self.stop()
+                raise
+        try:
+            self.wait_ready(timeout_s, start)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_s = time.monotonic() - start
+        return self
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def is_ready(self) -> bool:
+        try:
+            return requests.get(f"{self.url}/health", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def wait_ready(self, timeout_s: float, since: float | None = None) -> float:
+        start = time.monotonic() if since is None else since
+        while time.monotonic() - start < timeout_s:
+            if self.process.poll() is not None:
+                raise VllmStartError(f"vllm serve exited with status {self.process.returncode} before it was ready; "
+                                     f"log {self.log_path}:\n{self.log_tail()}")
+            if self.is_ready():
+                return time.monotonic() - start
+            time.sleep(0.5)
+        raise VllmStartError(f"vllm serve was not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+
+    def group_members(self) -> list[int]:
+        """Live processes of the server's group: the API server, the engine core, the guard."""
+        return live_group_members(self.process.pid) if self.process else []
+
+    def stop(self, grace_s: float = 15) -> None:
+        """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left and remove its ``/dev/shm`` files."""
+        if self.process is None:
+            return
+        atexit.unregister(self.stop)
+        pgid = self.process.pid
+        shm_seen = shm_files_of(self.group_members())
+        if self.process.poll() is None:
+            os.killpg(pgid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
+        stop_group(pgid, grace_s, shm_seen=shm_seen)  # the engine core and the guard, as the guard would
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if self.group_members():
+            raise RuntimeError(f"processes {self.group_members()} of vllm serve group {pgid} survived SIGKILL")
+
+    def __enter__(self) -> "VllmServer":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
