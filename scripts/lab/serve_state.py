@@ -303,3 +303,36 @@ def deploy(deployment_cls: Any, app: str, deployment: Mapping[str, Any], *, rout
 
     bound = deployment_cls.options(**deployment_options(deployment)).bind(**dict(init_kwargs or {}))
     serve._run(bound, name=app, route_prefix=route_prefix or f"/{app}", _blocking=False)
+
+
+# -- direct ingress -------------------------------------------------------------------------------
+
+def urls_from_target_groups(groups: Iterable[Any], app: str, host: str | None = None) -> list[str]:
+    """The HTTP base URLs (``http://ip:port/route_prefix``) of ``app`` in Serve's target groups
+    (``ray.serve.schema.TargetGroup``: route prefix, protocol and ``ip``/``port`` targets); ``host``
+    in place of each target's ip where given."""
+    urls = []
+    for group in groups:
+        if group.app_name == app and str(getattr(group.protocol, "value", group.protocol)).upper() == "HTTP":
+            prefix = "" if group.route_prefix == "/" else group.route_prefix.rstrip("/")
+            urls += [f"http://{host or target.ip}:{target.port}{prefix}" for target in group.targets]
+    return urls
+
+
+def ingress_urls(app: str) -> list[str]:
+    """Where ``app`` takes HTTP requests: with direct ingress (``RAY_SERVE_ENABLE_DIRECT_INGRESS=1``, part
+    of ``RAY_SERVE_THROUGHPUT_OPTIMIZED=1``; ray 2.60 ``serve/_private/constants.py``) each ingress
+    replica's own port (``RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT``, 30000, and up), else the proxies'.
+    Read from the controller's target groups (``ServeController.get_target_groups``,
+    ``serve/_private/controller.py``), what HAProxy is configured from. A target's ip is the node's
+    address, but a replica binds Serve's HTTP host (``http_options.host``: 127.0.0.1 here), so on this
+    machine the URLs use that host (127.0.0.1 where Serve listens on every interface)."""
+    import ray  # noqa: PLC0415
+    from ray.serve.context import _get_global_client  # noqa: PLC0415
+
+    from scripts.profiles import bind_host  # noqa: PLC0415
+
+    host = bind_host()
+    controller = _get_global_client()._controller
+    return urls_from_target_groups(ray.get(controller.get_target_groups.remote(app)), app,
+                                   "127.0.0.1" if host in ("0.0.0.0", "::") else host)

@@ -100,3 +100,35 @@ def check_panels(prom, dashboard: dict[str, Any] | None = None, **window) -> dic
     if empty:
         raise EmptyPanels(empty, counts)
     return counts
+
+
+def plot_panels(prom, start: float, end: float, dashboard: dict[str, Any] | None = None, *, step: float = 1.0,
+                rate_window: str = RATE_WINDOW, columns: int = 3, marks: dict[str, float] | None = None):
+    """The dashboard's panels as a grid of matplotlib plots over ``start``..``end`` (seconds since the
+    epoch), one line per series with the target's legend; ``marks``: ``{label: time}`` drawn as
+    vertical lines (e.g. where each phase of a benchmark began). Returns the figure."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    dashboard = load() if dashboard is None else dashboard
+    shown_panels = [p for p in panels(dashboard) if p.get("targets")]
+    rows = -(-len(shown_panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3 * rows), squeeze=False)
+    for ax, panel in zip(axes.flat, shown_panels):
+        for target in panel["targets"]:
+            for series in prom.query_range(promql(target["expr"], rate_window), start, end, step):
+                points = [(t - start, v) for t, v in series["values"] if math.isfinite(v)]
+                if points:
+                    legend = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: series["labels"].get(m.group(1), ""),
+                                    target.get("legendFormat") or "")
+                    ax.plot(*zip(*points), label=" ".join(legend.split())[:40] or None, linewidth=1)
+        for label, when in (marks or {}).items():
+            ax.axvline(when - start, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(panel["title"], fontsize=9)
+        ax.set_xlabel("seconds into the run", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    for ax in list(axes.flat)[len(shown_panels):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    return fig

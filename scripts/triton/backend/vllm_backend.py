@@ -39,6 +39,27 @@ def invalid(message: str):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
 
 
+def scheduler_gauges(waiting, kv_cache):
+    """A vLLM stat logger factory (``AsyncLLM.from_engine_args(stat_loggers=...)``, vllm 0.32
+    ``vllm/v1/metrics/loggers.py``, ``StatLoggerBase``) that copies each step's scheduler stats
+    (``vllm/v1/metrics/stats.py``, ``SchedulerStats``) into two of Triton's custom gauges."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class SchedulerGauges(StatLoggerBase):
+        def __init__(self, vllm_config, engine_index=0):
+            pass
+
+        def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
+            if scheduler_stats is not None:
+                waiting.set(scheduler_stats.num_waiting_reqs)
+                kv_cache.set(scheduler_stats.kv_cache_usage)
+
+        def log_engine_initialized(self):
+            pass
+
+    return SchedulerGauges
+
+
 class TritonPythonModel:
     def initialize(self, args):
         # The stub starts in the C locale; torch (imported by vLLM) reads its templates as UTF-8.
@@ -69,22 +90,28 @@ class TritonPythonModel:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-loop", daemon=True)
         self.thread.start()
-        self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs))).result()
-        self.active: set[str] = set()
         # On Triton's metrics port, beside its own nv_* metrics (the Python backend's custom metrics):
-        # what the engine holds now, and the requests whose client went away (their KV cache freed).
-        # A metric works only while its family lives: keep both.
+        # what the engine holds now, the requests whose client went away (their KV cache freed), and
+        # the scheduler's own numbers. A metric works only while its family lives: keep them all.
         labels = {"model": args["model_name"], "version": args["model_version"]}
+        gauge, counter = pb_utils.MetricFamily.GAUGE, pb_utils.MetricFamily.COUNTER
         self.metric_families = [
-            pb_utils.MetricFamily(name="tutorial_engine_requests_running", kind=pb_utils.MetricFamily.GAUGE,
+            pb_utils.MetricFamily(name="tutorial_engine_requests_running", kind=gauge,
                                   description="requests the vLLM engine of this model is generating"),
-            pb_utils.MetricFamily(name="tutorial_engine_requests_cancelled_total", kind=pb_utils.MetricFamily.COUNTER,
+            pb_utils.MetricFamily(name="tutorial_engine_requests_cancelled_total", kind=counter,
                                   description="requests aborted in the vLLM engine because Triton cancelled them "
-                                              "(the client went away)")]
-        self.running, self.cancelled = (family.Metric(labels=labels) for family in self.metric_families)
+                                              "(the client went away)"),
+            pb_utils.MetricFamily(name="tutorial_engine_requests_waiting", kind=gauge,
+                                  description="requests vLLM's scheduler holds back (no room in the KV cache or batch)"),
+            pb_utils.MetricFamily(name="tutorial_engine_kv_cache_usage", kind=gauge,
+                                  description="fraction of the KV cache blocks in use (vLLM's scheduler, 0 to 1)")]
+        self.running, self.cancelled, waiting, kv_cache = (family.Metric(labels=labels) for family in self.metric_families)
+        self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs),
+                                                    scheduler_gauges(waiting, kv_cache))).result()
+        self.active: set[str] = set()
 
-    async def _make_engine(self, cls, engine_args):
-        return cls.from_engine_args(engine_args)
+    async def _make_engine(self, cls, engine_args, stat_logger):
+        return cls.from_engine_args(engine_args, stat_loggers=[stat_logger])
 
     def submit(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self.loop)

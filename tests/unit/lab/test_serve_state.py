@@ -128,3 +128,22 @@ def test_wait_for_demands_returns_the_first_non_empty_answer():
     answers = iter([[], [], [({"GPU": 3.0}, 1)]])
     assert rc.wait_for_demands(5, poll_s=0, demands_fn=lambda: next(answers)) == [({"GPU": 3.0}, 1)]
     assert rc.wait_for_demands(0, poll_s=0, demands_fn=list) == []
+
+
+def test_urls_from_target_groups_keeps_the_http_targets_of_one_app():
+    from ray.serve.schema import RequestProtocol, Target, TargetGroup
+
+    def targets(*ports):
+        return [Target(ip="10.0.0.5", port=p, instance_id=f"i{p}", name=f"replica-{p}") for p in ports]
+
+    groups = [TargetGroup(targets=targets(30000, 30001), route_prefix="/", protocol=RequestProtocol.HTTP, app_name="llm"),
+              TargetGroup(targets=targets(40000), route_prefix="/", protocol=RequestProtocol.GRPC, app_name="llm"),
+              TargetGroup(targets=targets(30002), route_prefix="/engine/", protocol=RequestProtocol.HTTP, app_name="engine"),
+              TargetGroup(targets=targets(8000), route_prefix="/other", protocol=RequestProtocol.HTTP, app_name="other")]
+    assert rc.urls_from_target_groups(groups, "llm") == ["http://10.0.0.5:30000", "http://10.0.0.5:30001"]
+    assert rc.urls_from_target_groups(groups, "engine") == ["http://10.0.0.5:30002/engine"]
+    assert rc.urls_from_target_groups(groups, "absent") == []
+    assert rc.urls_from_target_groups(groups, "engine", "127.0.0.1") == ["http://127.0.0.1:30002/engine"]
+    # a protocol given as a plain string counts too
+    assert rc.urls_from_target_groups([NS(app_name="llm", protocol="http", route_prefix="/engine", targets=targets(1))],
+                                      "llm") == ["http://10.0.0.5:1/engine"]

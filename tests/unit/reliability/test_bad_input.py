@@ -221,3 +221,7 @@ def test_a_cancelled_stream_of_the_engine_model_is_aborted_in_the_engine(stack):
     aborted = metric(url, CANCELLED) - before
     print(f"of 16 engine streams left early, the engine aborted {aborted:.0f}")
     assert aborted >= 8 and metric(url, RUNNING) == 0
+    # vLLM's scheduler stats, copied to Triton's metrics port each engine step
+    exported = requests.get(url, timeout=10).text
+    assert "tutorial_engine_kv_cache_usage{" in exported and "tutorial_engine_requests_waiting{" in exported
+    assert 0 <= metric(url, "tutorial_engine_kv_cache_usage") <= 1 and metric(url, "tutorial_engine_requests_waiting") == 0

@@ -1,0 +1,114 @@
+"""Side-by-side numbers of one benchmark run: medians over repeats, ratios to a baseline, files, plots.
+
+A run is a list of rows, one per (target, concurrency, repeat), with the names of ``vllm bench
+serve``'s result file (``output_throughput``, ``median_ttft_ms``, ...; :mod:`scripts.bench.vllm_bench`
+and :mod:`scripts.bench.triton_stream` both write them). :func:`aggregate` takes the median of
+the repeats and keeps their spread; :func:`ratios` sets every target against the baseline of the
+same run (``vllm serve`` in notebook 07) at the same concurrency, and states the serving layers'
+overhead in milliseconds per request (end-to-end latency) and per token (inter-token latency).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Any, Iterable
+
+#: The per-run numbers compared (vllm bench serve's names), and how a table shows them.
+METRICS = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms",
+           "median_e2el_ms", "p99_e2el_ms")
+
+
+def aggregate(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (label, concurrency): the median of each metric over the repeats, the lowest and
+    highest throughput of the repeats, and the requests that failed in all of them."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["label"], int(row["concurrency"])), []).append(row)
+    out = []
+    for (label, concurrency), runs in groups.items():
+        agg: dict[str, Any] = {"label": label, "concurrency": concurrency, "repeats": len(runs),
+                               "completed": sum(int(r.get("completed", 0)) for r in runs),
+                               "failed": sum(int(r.get("failed", 0)) for r in runs)}
+        for metric in METRICS:
+            values = [float(r[metric]) for r in runs if r.get(metric) is not None and not math.isnan(float(r[metric]))]
+            agg[metric] = statistics.median(values) if values else float("nan")
+        tput = [float(r.get("output_throughput") or 0.0) for r in runs]
+        tput = [0.0 if math.isnan(t) else t for t in tput]  # NaN, like None: no throughput (min/max would depend on order)
+        agg["throughput_min"], agg["throughput_max"] = min(tput), max(tput)
+        out.append(agg)
+    return out
+
+
+def ratios(aggregated: list[dict[str, Any]], baseline: str) -> list[dict[str, Any]]:
+    """Every target against ``baseline`` at the same concurrency: throughput ratio, TTFT p50
+    difference, and the overhead per request (E2E p50) and per token (ITL p50), in ms."""
+    base = {row["concurrency"]: row for row in aggregated if row["label"] == baseline}
+    if not base:
+        raise ValueError(f"no rows for the baseline {baseline!r}; labels: {sorted({r['label'] for r in aggregated})}")
+    out = []
+    for row in aggregated:
+        ref = base.get(row["concurrency"])
+        if ref is None:
+            continue
+        out.append({"label": row["label"], "concurrency": row["concurrency"],
+                    "throughput_ratio": row["output_throughput"] / ref["output_throughput"] if ref["output_throughput"] else float("nan"),
+                    "ttft_p50_delta_ms": row["median_ttft_ms"] - ref["median_ttft_ms"],
+                    "overhead_per_request_ms": row["median_e2el_ms"] - ref["median_e2el_ms"],
+                    "overhead_per_token_ms": row["median_itl_ms"] - ref["median_itl_ms"],
+                    "failed": row["failed"]})
+    return out
+
+
+def table(rows: list[dict[str, Any]], columns: list[str], digits: int = 2) -> str:
+    """A plain-text table of ``rows`` (numbers rounded), for notebooks and logs."""
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            return "nan" if math.isnan(value) else f"{value:.{digits}f}"
+        return str(value)
+
+    cells = [[cell(r.get(c, "")) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)), "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(row, widths))) for row in cells]
+    return "\n".join(lines)
+
+
+def save(rows: list[dict[str, Any]], directory: Path, name: str, meta: dict[str, Any] | None = None) -> dict[str, Path]:
+    """``<name>.json`` (settings and every row) and ``<name>.csv`` (the rows) under ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = directory / f"{name}.json", directory / f"{name}.csv"
+    json_path.write_text(json.dumps({"meta": meta or {}, "rows": rows}, indent=2, default=str) + "\n")
+    columns = sorted({key for row in rows for key in row if not isinstance(row[key], (list, dict))})
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    return {"json": json_path, "csv": csv_path}
+
+
+def plot(aggregated: list[dict[str, Any]], title: str = ""):
+    """Output tok/s and TTFT p50 against concurrency, one line per target (a matplotlib figure)."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for label in dict.fromkeys(r["label"] for r in aggregated):
+        points = sorted((r for r in aggregated if r["label"] == label), key=lambda r: r["concurrency"])
+        xs = [r["concurrency"] for r in points]
+        left.errorbar(xs, [r["output_throughput"] for r in points], marker="o", label=label,
+                      yerr=[[r["output_throughput"] - r["throughput_min"] for r in points],
+                            [r["throughput_max"] - r["output_throughput"] for r in points]], capsize=3)
+        right.plot(xs, [r["median_ttft_ms"] for r in points], marker="o", label=label)
+    for ax, ylabel in ((left, "output tokens/s (median, min-max of repeats)"), (right, "TTFT p50 (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrent requests")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+    right.set_yscale("log")
+    left.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return fig

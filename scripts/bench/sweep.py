@@ -1,0 +1,91 @@
+"""The benchmark's plan: which targets, at which concurrencies, how many prompts, how often.
+
+Every target gets the same runs, in an order that interleaves them (repeat, then concurrency,
+then target) so that a slow minute of a shared machine does not fall on one target alone. A run
+sends ``prompts_per_stream`` prompts per concurrent stream (at least ``min_prompts``): at
+concurrency 1 a handful of sequential requests, at 32 enough to keep 32 in flight for a while.
+:func:`scripts.bench.vllm_bench.run_plan` executes the plan (``vllm bench serve`` for the OpenAI
+targets, :mod:`scripts.bench.triton_stream` for Triton's own route).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from scripts.bench.vllm_bench import TRITON_BACKENDS, check_run
+
+#: What a target speaks: the two OpenAI routes, or Triton's generate_stream on a text model.
+KINDS = {"completions": ("openai", "/v1/completions"), "chat": ("openai-chat", "/v1/chat/completions"),
+         "triton-ensemble": ("triton-ensemble", "/v2/models/ensemble/generate_stream"),
+         "triton-vllm_model": ("triton-vllm_model", "/v2/models/vllm_model/generate_stream")}
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to measure: a label for tables, where it listens, what it speaks, the model name it wants."""
+
+    label: str
+    base_url: str
+    kind: str = "completions"
+    model: str = ""
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"target {self.label!r}: kind must be one of {sorted(KINDS)}, got {self.kind!r}")
+
+
+def prompts_for(concurrency: int, prompts_per_stream: int, min_prompts: int = 8) -> int:
+    """How many prompts a run at ``concurrency`` sends."""
+    if concurrency < 1 or prompts_per_stream < 1:
+        raise ValueError(f"concurrency and prompts_per_stream must be at least 1, got {concurrency} and {prompts_per_stream}")
+    return max(min_prompts, prompts_per_stream * concurrency)
+
+
+def plan(targets: Iterable[Target], concurrencies: Iterable[int], *, served_model: str, tokenizer: str,
+         input_len: int, output_len: int, repeats: int = 1, prompts_per_stream: int = 4, min_prompts: int = 8,
+         seed: int = 0, warmup_prompts: int = 4) -> list[dict[str, Any]]:
+    """The runs of a sweep, interleaved: for each repeat, each concurrency, each target. It opens
+    with a warm-up run per target (``warmup_prompts`` prompts, one at a time, ``repeat`` -1: connections
+    made, first-request costs paid; :func:`measured` drops them); 0 warm-up prompts: none."""
+    targets, concurrencies = list(targets), sorted(set(int(c) for c in concurrencies))
+    labels = [t.label for t in targets]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"target labels must differ: {labels}")
+    if repeats < 1 or not targets or not concurrencies:
+        raise ValueError("a plan needs at least one target, one concurrency and one repeat")
+    runs = []
+    for repeat in ([-1] if warmup_prompts > 0 else []) + list(range(repeats)):
+        for concurrency in concurrencies:
+            for target in targets:
+                backend, endpoint = KINDS[target.kind]
+                model = target.model or (endpoint.split("/")[3] if backend in TRITON_BACKENDS else served_model)
+                runs.append(check_run({
+                    "label": target.label, "base_url": target.base_url.rstrip("/"), "endpoint": endpoint,
+                    "backend": backend, "model": model, "tokenizer": str(tokenizer), "concurrency": concurrency,
+                    "num_prompts": prompts_for(concurrency, prompts_per_stream, min_prompts), "input_len": input_len,
+                    "output_len": output_len, "seed": seed, "repeat": repeat}))
+                if repeat < 0:  # one warm-up run per target, at the lowest concurrency
+                    runs[-1] |= {"concurrency": 1, "num_prompts": warmup_prompts}
+            if repeat < 0:
+                break
+    return runs
+
+
+def measured(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows of a plan's result without its warm-up runs."""
+    return [row for row in rows if int(row.get("repeat", 0)) >= 0]
+
+
+def smoke_settings(concurrency: Iterable[int], repeats: int, prompts_per_stream: int,
+                   smoke: bool) -> tuple[list[int], int, int]:
+    """``(concurrencies, repeats, prompts_per_stream)`` for a run; ``smoke`` keeps the two lowest
+    concurrencies (at most 8), one repeat and two prompts per stream, so the whole path is exercised
+    in a fraction of the time (``make test``, ``make run``)."""
+    levels = sorted(set(int(c) for c in concurrency))
+    if not levels or levels[0] < 1:
+        raise ValueError(f"CONCURRENCY needs at least one value >= 1, got {list(concurrency)}")
+    if repeats < 1 or prompts_per_stream < 1:
+        raise ValueError(f"REPEATS and PROMPTS_PER_STREAM must be at least 1, got {repeats} and {prompts_per_stream}")
+    if not smoke:
+        return levels, repeats, prompts_per_stream
+    return ([c for c in levels if c <= 8][:2] or levels[:1]), 1, min(prompts_per_stream, 2)
