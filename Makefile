@@ -11,23 +11,27 @@ export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
 
-.PHONY: env run test test-full test-unit test-notebooks notebooks-inplace clean
+.PHONY: env run bench test test-full test-unit test-notebooks notebooks-inplace clean
 
 env:
 	@bash env/setup_env.sh
 
+# Notebook 07 (the benchmark) runs at its SMOKE setting here; `make bench` runs it in full.
 run: env
 	$(PY) -m scripts.lab.run_notebooks --profile $(PROFILE)
 
+bench: env
+	$(PY) -m scripts.lab.run_notebooks --profile $(PROFILE) --only 07 --full
+
 # Unit tests, then every notebook under nbval (outputs compared with the committed ones after
-# sanitising), then the values the notebooks' check cells recorded.
+# sanitising; notebook 07 at its SMOKE setting), then the values the notebooks' check cells recorded.
 test: env test-unit test-notebooks
 
 test-unit: env
 	$(PY) -m pytest -q tests/unit
 
 test-notebooks: env
-	$(PY) -m pytest -q $(NBVAL) notebooks
+	$(PY) -m pytest -q $(NBVAL) $$($(PY) -m scripts.lab.run_notebooks --nbval-targets build/smoke)
 	$(PY) -m pytest -q tests/notebooks --deselect tests/notebooks/test_parameters.py
 
 # Everything `make test` runs, then the long runs: notebook 06 again with other parameters, and

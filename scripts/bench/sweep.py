@@ -43,10 +43,11 @@ def prompts_for(concurrency: int, prompts_per_stream: int, min_prompts: int = 8)
 
 def plan(targets: Iterable[Target], concurrencies: Iterable[int], *, served_model: str, tokenizer: str,
          input_len: int, output_len: int, repeats: int = 1, prompts_per_stream: int = 4, min_prompts: int = 8,
-         seed: int = 0, warmup_prompts: int = 4) -> list[dict[str, Any]]:
+         seed: int = 0, warmup_prompts: int = 4, extra_body: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The runs of a sweep, interleaved: for each repeat, each concurrency, each target. It opens
     with a warm-up run per target (``warmup_prompts`` prompts, one at a time, ``repeat`` -1: connections
-    made, first-request costs paid; :func:`measured` drops them); 0 warm-up prompts: none."""
+    made, first-request costs paid; :func:`measured` drops them); 0 warm-up prompts: none.
+    ``extra_body``: more request fields for every run (``{"stream_interval": 4}``)."""
     targets, concurrencies = list(targets), sorted(set(int(c) for c in concurrencies))
     labels = [t.label for t in targets]
     if len(set(labels)) != len(labels):
@@ -63,7 +64,7 @@ def plan(targets: Iterable[Target], concurrencies: Iterable[int], *, served_mode
                     "label": target.label, "base_url": target.base_url.rstrip("/"), "endpoint": endpoint,
                     "backend": backend, "model": model, "tokenizer": str(tokenizer), "concurrency": concurrency,
                     "num_prompts": prompts_for(concurrency, prompts_per_stream, min_prompts), "input_len": input_len,
-                    "output_len": output_len, "seed": seed, "repeat": repeat}))
+                    "output_len": output_len, "seed": seed, "repeat": repeat, "extra_body": extra_body}))
                 if repeat < 0:  # one warm-up run per target, at the lowest concurrency
                     runs[-1] |= {"concurrency": 1, "num_prompts": warmup_prompts}
             if repeat < 0:
@@ -89,3 +90,14 @@ def smoke_settings(concurrency: Iterable[int], repeats: int, prompts_per_stream:
     if not smoke:
         return levels, repeats, prompts_per_stream
     return ([c for c in levels if c <= 8][:2] or levels[:1]), 1, min(prompts_per_stream, 2)
+
+
+def stream_interval_body(interval: int) -> dict[str, Any] | None:
+    """The request fields that ask every target for ``interval`` new tokens per streamed chunk (vLLM's
+    ``stream_interval``, which ``vllm serve`` and this repository's Serve app and Triton models accept);
+    None for 1 (every token, the default)."""
+    from scripts.serve.openai_api import MAX_STREAM_INTERVAL  # noqa: PLC0415
+
+    if isinstance(interval, bool) or not isinstance(interval, int) or not 1 <= interval <= MAX_STREAM_INTERVAL:
+        raise ValueError(f"STREAM_INTERVAL must be an integer from 1 to {MAX_STREAM_INTERVAL} tokens, got {interval!r}")
+    return {"stream_interval": interval} if interval > 1 else None

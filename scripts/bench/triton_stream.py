@@ -36,22 +36,28 @@ class RequestRecord:
     error: str = ""
 
 
-def stream_body(kind: str, prompt: str, output_len: int) -> dict[str, Any]:
-    """The ``generate_stream`` JSON body for one request to a model of ``kind``."""
+def stream_body(kind: str, prompt: str, output_len: int, stream_interval: int | None = None) -> dict[str, Any]:
+    """The ``generate_stream`` JSON body for one request to a model of ``kind``; ``stream_interval``
+    (vLLM's tokens per streamed response) as a request parameter (the generate extension passes body
+    fields that are not inputs on as parameters) or, for ``vllm_model``, a sampling parameter."""
     if kind == "ensemble":
-        return {"text_input": prompt, "max_tokens": output_len, "end_id": -1, "stream": True}
+        extra = {"stream_interval": stream_interval} if stream_interval else {}
+        return {"text_input": prompt, "max_tokens": output_len, "end_id": -1, "stream": True, **extra}
     if kind == "vllm_model":
+        sampling = {"max_tokens": output_len, "ignore_eos": True, "temperature": 0}
+        sampling |= {"stream_interval": stream_interval} if stream_interval else {}
         return {"text_input": prompt, "stream": True, "exclude_input_in_output": True,
-                "sampling_parameters": json.dumps({"max_tokens": output_len, "ignore_eos": True, "temperature": 0})}
+                "sampling_parameters": json.dumps(sampling)}
     raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
 
 
-async def one_request(session: Any, url: str, kind: str, prompt: str, output_len: int) -> RequestRecord:
+async def one_request(session: Any, url: str, kind: str, prompt: str, output_len: int,
+                      stream_interval: int | None = None) -> RequestRecord:
     """One streamed request; its timings, or the error Triton sent (an ``error`` event or a status)."""
     start = time.perf_counter()
     last, ttft, itl, tokens = start, 0.0, [], 0
     try:
-        async with session.post(url, json=stream_body(kind, prompt, output_len)) as response:
+        async with session.post(url, json=stream_body(kind, prompt, output_len, stream_interval)) as response:
             if response.status != 200:
                 return RequestRecord(False, error=f"HTTP {response.status}: {(await response.text())[:200]}")
             async for raw in response.content:
@@ -77,7 +83,7 @@ async def one_request(session: Any, url: str, kind: str, prompt: str, output_len
 
 
 async def run_load(base_url: str, kind: str, prompts: list[str], output_len: int, concurrency: int,
-                   model: str | None = None) -> tuple[list[RequestRecord], float]:
+                   model: str | None = None, stream_interval: int | None = None) -> tuple[list[RequestRecord], float]:
     """All ``prompts`` against ``base_url``'s ``generate_stream``, ``concurrency`` in flight; (records, seconds)."""
     import aiohttp  # noqa: PLC0415 - Ray's dependency; only the load generator needs it
 
@@ -87,7 +93,7 @@ async def run_load(base_url: str, kind: str, prompts: list[str], output_len: int
     async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=concurrency)) as session:
         async def gated(prompt: str) -> RequestRecord:
             async with gate:
-                return await one_request(session, url, kind, prompt, output_len)
+                return await one_request(session, url, kind, prompt, output_len, stream_interval)
 
         start = time.perf_counter()
         records = await asyncio.gather(*(gated(p) for p in prompts))
@@ -121,6 +127,7 @@ def bench(run: dict[str, Any], args: Any) -> dict[str, Any]:
     args.random_input_len, args.random_output_len = args.input_len, args.output_len  # as vLLM's main_async maps them
     samples = get_samples(args, get_tokenizer(args.tokenizer))
     kind = run["backend"].removeprefix("triton-")
+    interval = (run.get("extra_body") or {}).get("stream_interval")
     records, duration = asyncio.run(run_load(run["base_url"], kind, [s.prompt for s in samples], int(run["output_len"]),
-                                             int(run["concurrency"]), run["model"]))
+                                             int(run["concurrency"]), run["model"], interval))
     return summarize(records, duration)

@@ -43,7 +43,7 @@ from scripts.paths import REPO_ROOT, shown
 PERCENTILE_METRICS = "ttft,tpot,itl,e2el"
 METRIC_PERCENTILES = "50,99"
 REQUIRED = ("label", "base_url", "model", "tokenizer", "concurrency", "num_prompts", "input_len", "output_len")
-DEFAULTS = {"endpoint": "/v1/completions", "backend": None, "seed": 0, "repeat": 0, "temperature": 0.0}
+DEFAULTS = {"endpoint": "/v1/completions", "backend": None, "seed": 0, "repeat": 0, "temperature": 0.0, "extra_body": None}
 BACKENDS = {"/v1/completions": "openai", "/v1/chat/completions": "openai-chat"}
 #: Runs against Triton's own generate_stream route, which vllm bench does not speak: driven by
 #: scripts.bench.triton_stream with the same prompts (base_url: Triton's HTTP URL, model: the model).
@@ -101,6 +101,8 @@ def bench_args(run: dict[str, Any], result_dir: str | Path | None = None) -> lis
             "--ignore-eos", "--temperature", str(run["temperature"]),
             "--max-concurrency", str(run["concurrency"]), "--request-rate", "inf",
             "--percentile-metrics", PERCENTILE_METRICS, "--metric-percentiles", METRIC_PERCENTILES, "--disable-tqdm"]
+    if run["extra_body"]:  # more request fields, e.g. vLLM's stream_interval (vllm bench's --extra-body)
+        args += ["--extra-body", json.dumps(run["extra_body"], sort_keys=True)]
     if result_dir is not None:
         args += ["--save-result", "--result-dir", str(result_dir), "--result-filename", f"{run_stem(run)}.json"]
     return args

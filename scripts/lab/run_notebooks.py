@@ -3,6 +3,12 @@
 ``python -m scripts.lab.run_notebooks --profile cpu`` writes executed copies under ``build/executed``.
 ``--inplace`` re-executes the committed notebooks themselves (maintainers, before committing),
 so their saved outputs are the outputs of a top-to-bottom run.
+
+A notebook whose ``parameters`` cell has ``SMOKE`` (notebook 07's benchmark) runs with ``SMOKE = True``
+here (``make run``), in full with ``--full`` (``make bench``) and with ``--inplace`` (its committed
+outputs are a full run). ``--nbval-targets DIR`` prints what ``make test`` gives nbval: the notebooks
+without ``SMOKE`` as they are, and for the others a copy in ``DIR`` with ``SMOKE = True`` injected
+by papermill (not executed: nbval executes it and compares with the committed outputs).
 """
 from __future__ import annotations
 
@@ -26,6 +32,30 @@ def notebook_paths(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None
     return paths
 
 
+def has_smoke(path: Path) -> bool:
+    """Whether the notebook's ``parameters`` cell declares ``SMOKE``."""
+    import papermill as pm  # noqa: PLC0415
+
+    return "SMOKE" in pm.inspect_notebook(str(path))
+
+
+def nbval_targets(directory: Path, paths: list[Path]) -> list[Path]:
+    """The notebooks as nbval should run them: SMOKE notebooks as prepared copies in ``directory``."""
+    import papermill as pm  # noqa: PLC0415
+
+    directory.mkdir(parents=True, exist_ok=True)
+    targets = []
+    for path in paths:
+        if has_smoke(path):
+            copy = directory / path.name
+            pm.execute_notebook(str(path), str(copy), parameters={"SMOKE": True}, prepare_only=True,
+                                kernel_name="python3", language="python", progress_bar=False)
+            targets.append(copy)
+        else:
+            targets.append(path)
+    return targets
+
+
 def execute(path: Path, output: Path, profile: str, progress: bool = True, parameters: dict | None = None) -> float:
     """Run one notebook top to bottom; papermill's bar counts its cells as they run (on stderr).
     ``parameters`` replace values of the notebook's ``parameters`` cell (``PROFILE`` comes from ``profile``)."""
@@ -44,15 +74,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
     parser.add_argument("--inplace", action="store_true", help="overwrite the committed notebooks with the executed ones")
     parser.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 00 03")
+    parser.add_argument("--full", action="store_true", help="run SMOKE notebooks in full (make bench)")
+    parser.add_argument("--nbval-targets", metavar="DIR", help="print the paths nbval should run, SMOKE copies in DIR")
     args = parser.parse_args(argv)
+    if args.nbval_targets:
+        print(" ".join(str(p) for p in nbval_targets(Path(args.nbval_targets), notebook_paths(only=args.only))))
+        return 0
     out_dir = executed_dir(args.profile)
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     for path in notebook_paths(only=args.only):
         target = path if args.inplace else out_dir / path.name
-        print(f"{path.stem:<32} running ...", flush=True)
+        print(f"{path.stem:<32} running{' (SMOKE)' if not (args.full or args.inplace) and has_smoke(path) else ''} ...", flush=True)
+        smoke = not (args.full or args.inplace) and has_smoke(path)
         try:
-            seconds = execute(path, target, args.profile)
+            seconds = execute(path, target, args.profile, parameters={"SMOKE": True} if smoke else None)
             print(f"{path.stem:<32} ok      {seconds:6.1f} s  -> {target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target}", flush=True)
         except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
             failed += 1

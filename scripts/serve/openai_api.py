@@ -24,6 +24,8 @@ from scripts.serve.streaming import IncrementalDetokenizer  # noqa: F401
 
 #: Most stop sequences a request may give (OpenAI's limit).
 MAX_STOP_SEQUENCES = 4
+#: Largest stream_interval a request may ask for (a chunk of tokens; more buys nothing).
+MAX_STREAM_INTERVAL = 1024
 #: The seeds a request may give: Triton's random_seed is a uint64, vLLM's OpenAI server takes an int64.
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
 
@@ -98,6 +100,10 @@ class _Sampling(_Request):
     stream_options: Optional[StreamOptions] = None
     seed: Optional[JsonInt] = Field(None, json_schema_extra={"minimum": SEED_RANGE[0], "maximum": SEED_RANGE[1]})
     ignore_eos: StrictBool = Field(False, description="vLLM's extension: generate max_tokens tokens, past the end of text")
+    stream_interval: Optional[JsonInt] = Field(None, json_schema_extra={"minimum": 1, "maximum": MAX_STREAM_INTERVAL},
+                                               description="vLLM's extension: new tokens per streamed chunk (the first "
+                                               "and the last are sent at once); fewer chunks, less work per token "
+                                               "in every layer they cross")
     presence_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
     frequency_penalty: StrictFloat = Field(0.0, ge=-2, le=2)
     n: JsonInt = Field(1, description="choices per request: only 1")
@@ -126,6 +132,7 @@ class Generation:
     include_usage: bool = False
     seed: Optional[int] = None
     ignore_eos: bool = False
+    stream_interval: Optional[int] = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     created: int = field(default_factory=lambda: int(time.time()))
@@ -199,6 +206,9 @@ def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> t
     if req.seed is not None and not SEED_RANGE[0] <= req.seed <= SEED_RANGE[1]:
         raise OpenAIError(400, f"'seed' must be an integer from {SEED_RANGE[0]} to {SEED_RANGE[1]}, got {req.seed}",
                           param="seed")
+    if req.stream_interval is not None and not 1 <= req.stream_interval <= MAX_STREAM_INTERVAL:
+        raise OpenAIError(400, f"'stream_interval' must be from 1 to {MAX_STREAM_INTERVAL} tokens, got {req.stream_interval}",
+                          param="stream_interval")
     stop = [req.stop] if isinstance(req.stop, str) else list(req.stop or [])
     if len(stop) > MAX_STOP_SEQUENCES or any(not s for s in stop):
         raise OpenAIError(400, f"'stop' takes up to {MAX_STOP_SEQUENCES} non-empty strings, got {stop!r}", param="stop")
@@ -206,7 +216,7 @@ def _parse(cls: type[_Sampling], body: bytes, served_model: str, kind: str) -> t
                      top_p=float(req.top_p), stop=stop, stream=req.stream,
                      include_usage=bool(req.stream_options and req.stream_options.include_usage),
                      seed=None if req.seed is None else req.seed % (1 << 64),  # a negative seed: its two's complement
-                     ignore_eos=req.ignore_eos,
+                     ignore_eos=req.ignore_eos, stream_interval=req.stream_interval,
                      presence_penalty=float(req.presence_penalty), frequency_penalty=float(req.frequency_penalty))
     return req, gen
 

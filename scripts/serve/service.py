@@ -49,6 +49,13 @@ def max_body_bytes(max_model_len: int) -> int:
     return max(1 << 20, 64 * int(max_model_len))
 
 
+def request_parameters(gen: Generation) -> dict[str, Any] | None:
+    """Triton request parameters (beside the input tensors) for what no tensor of TensorRT-LLM's
+    contract carries: ``stream_interval``, which this repository's vLLM engine models read
+    (scripts/triton/backend/vllm_backend.py) and other backends ignore."""
+    return {"stream_interval": gen.stream_interval} if gen.stream_interval and gen.stream_interval > 1 else None
+
+
 def triton_failed(exc: TritonRequestError) -> OpenAIError:
     """What a client sees when Triton refuses or fails a request the app had accepted."""
     return OpenAIError(500, f"Triton could not serve the request: {exc}", type="server_error")
@@ -126,7 +133,7 @@ class LLMService:
         # streams token ids, decoded here.
         detokenizer = IncrementalDetokenizer(self.tokenizer, self.facts.skip_special_tokens) if self.engine else None
         try:
-            async for chunk in self.backend.generate(inputs):
+            async for chunk in self.backend.generate(inputs, request_parameters(gen)):
                 text.append(trimmer.feed(chunk.text if detokenizer is None else detokenizer.feed(chunk.ids or [])))
                 tokens += chunk.tokens
         except TritonRequestError as exc:
@@ -144,7 +151,7 @@ class LLMService:
         Triton refuses still gets an error status (later failures become an error event).
         """
         inputs, prompt_tokens, max_tokens = self._prepare(gen)
-        chunks = self.backend.generate(inputs)
+        chunks = self.backend.generate(inputs, request_parameters(gen))
         try:
             first = await anext(chunks, None)
         except TritonRequestError as exc:

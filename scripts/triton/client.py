@@ -132,7 +132,7 @@ class TritonLLM(Protocol):
 
     async def ready(self) -> bool: ...
 
-    def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]: ...
+    def generate(self, inputs: dict[str, np.ndarray], parameters: dict[str, Any] | None = None) -> AsyncIterator[Chunk]: ...
 
     def info(self) -> dict[str, Any]: ...
 
@@ -183,8 +183,10 @@ class InProcessTriton:
     async def ready(self) -> bool:
         return bool(self.server.ready() and self.model.ready())
 
-    async def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
-        async for response in self.model.async_infer(inputs=inputs):
+    async def generate(self, inputs: dict[str, np.ndarray], parameters: dict[str, Any] | None = None) -> AsyncIterator[Chunk]:
+        # Model.async_infer takes InferenceRequest's fields as keywords (triton-inference-server/core@r25.02:
+        # python/tritonserver/_api/_model.py), parameters among them
+        async for response in self.model.async_infer(inputs=inputs, parameters=parameters or {}):
             if response.error is not None:
                 raise TritonRequestError(str(response.error))
             outputs = response.outputs or {}
@@ -222,7 +224,8 @@ class GrpcModel:
         except Exception:
             return False
 
-    async def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
+    async def generate(self, inputs: dict[str, np.ndarray], parameters: dict[str, Any] | None = None) -> AsyncIterator[Chunk]:
+        """The responses of one request; ``parameters``: Triton request parameters (``{name: value}``)."""
         import tritonclient.grpc.aio as grpcclient  # noqa: PLC0415
         from tritonclient.utils import np_to_triton_dtype  # noqa: PLC0415
 
@@ -233,6 +236,8 @@ class GrpcModel:
             tensors.append(tensor)
         request = {"model_name": self.model_name, "inputs": tensors, "request_id": uuid.uuid4().hex,
                    "outputs": [grpcclient.InferRequestedOutput(name) for name in self.outputs]}
+        if parameters:
+            request["parameters"] = parameters
 
         async def one_request():
             yield request
@@ -270,8 +275,8 @@ class AttachedTriton:
     async def ready(self) -> bool:
         return await self.model_client.ready()
 
-    def generate(self, inputs: dict[str, np.ndarray]) -> AsyncIterator[Chunk]:
-        return self.model_client.generate(inputs)
+    def generate(self, inputs: dict[str, np.ndarray], parameters: dict[str, Any] | None = None) -> AsyncIterator[Chunk]:
+        return self.model_client.generate(inputs, parameters)
 
     def info(self) -> dict[str, Any]:
         return {"mode": self.mode, "model": self.model_name, "model_repository": self.model_repository,

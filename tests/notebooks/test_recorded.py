@@ -147,6 +147,21 @@ def test_06_conflicts_reproduced_and_fixed():
             assert sum(real["instance_bytes"]) <= real["gpu_free_bytes"]
 
 
+def test_07_every_target_measured_at_every_concurrency():
+    r, _ = recorded("07_benchmark_and_monitor")
+    saved = json.loads(results.local_path(r, r["results_json"]).read_text())
+    rows = [row for row in saved["rows"] if row["repeat"] >= 0]
+    assert saved["meta"]["smoke"] == r["smoke"] and saved["meta"]["concurrency"] == r["concurrency"]
+    assert {(row["label"], row["concurrency"], row["repeat"]) for row in rows} == {
+        (label, c, k) for label in r["targets"] for c in r["concurrency"] for k in range(r["repeats"])}
+    assert all(row["failed"] == 0 and row["completed"] > 0 and row["error"] is None for row in rows)
+    assert set(r["ratios"]) == {f"{label} @ {c}" for label in r["targets"] for c in r["concurrency"]}
+    assert all(ratio > 0 for ratio in r["ratios"].values())
+    if r["monitoring"]:
+        from scripts.monitor.dashboard import panel_queries
+        assert r["panels"] == len({title for title, _ in panel_queries()})
+
+
 @pytest.mark.parametrize("notebook", ["00_check_environment", "03_verify_engine", "04_launch_triton_server"])
 def test_every_notebook_ran_on_one_profile(notebook):
     assert results.load(notebook)["profile"] == results.load("00_check_environment")["profile"]

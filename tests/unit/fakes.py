@@ -53,12 +53,14 @@ class FakeBackend:
 
     def __init__(self, chunks=CHUNKS, fail=None):
         self.chunks, self.fail, self.calls, self.is_ready, self.stops = list(chunks), fail, [], True, 0
+        self.parameters = []
 
     async def ready(self):
         return self.is_ready
 
-    async def generate(self, inputs):
+    async def generate(self, inputs, parameters=None):
         self.calls.append(inputs)
+        self.parameters.append(parameters)
         for i, chunk in enumerate(self.chunks):
             if self.fail is not None and i == self.fail:
                 raise TritonRequestError("engine failed")
@@ -77,7 +79,7 @@ class FakeEnsemble:
     def __init__(self, chunks=CHUNKS):
         self.chunks, self.requests, self.closed = list(chunks), 0, False
 
-    async def generate(self, inputs):
+    async def generate(self, inputs, parameters=None):
         self.requests += 1
         for chunk in self.chunks:
             yield chunk

@@ -304,7 +304,24 @@ def engine_request(inputs: dict[str, np.ndarray], tokenizer: Any, max_model_len:
 
 SAMPLING_KEYS = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stop_token_ids",
                  "ignore_eos", "repetition_penalty", "presence_penalty", "frequency_penalty", "n", "min_tokens",
-                 "logit_bias", "skip_special_tokens"}
+                 "logit_bias", "skip_special_tokens", "stream_interval"}
+#: Largest stream_interval a request may ask for (new tokens per streamed response).
+MAX_STREAM_INTERVAL = 1024
+
+
+def stream_interval(parameters_json: str | None) -> int | None:
+    """``stream_interval`` from a Triton request's parameters (``request.parameters()``, a JSON object):
+    vLLM's per-request ``SamplingParams.stream_interval`` (vllm 0.32 ``vllm/sampling_params.py``: new
+    tokens per streamed output; the first and the last are sent at once). None when absent."""
+    if not parameters_json:
+        return None
+    value = json.loads(parameters_json).get("stream_interval")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_STREAM_INTERVAL:
+        raise ValueError(f"the request parameter stream_interval must be an integer from 1 to {MAX_STREAM_INTERVAL}, "
+                         f"got {value!r}")
+    return value
 
 
 def sampling_from_json(text: str | None) -> dict[str, Any]:
@@ -320,7 +337,7 @@ def sampling_from_json(text: str | None) -> dict[str, Any]:
     unknown = sorted(set(params) - SAMPLING_KEYS)
     if unknown:
         raise ValueError(f"unknown sampling_parameters {unknown}: use any of {sorted(SAMPLING_KEYS)}")
-    for key in ("max_tokens", "top_k", "n", "min_tokens", "seed"):
+    for key in ("max_tokens", "top_k", "n", "min_tokens", "seed", "stream_interval"):
         if key in params:
             try:
                 params[key] = int(params[key])

@@ -29,7 +29,8 @@ import triton_python_backend_utils as pb_utils
 
 from scripts.engine.config import read_engine_config, vllm_engine_kwargs, vllm_environment
 from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text, check_request_size, decode_texts,
-                                          engine_request, longest_token_bytes, model_parameter, sampling_from_json)
+                                          engine_request, longest_token_bytes, model_parameter, sampling_from_json,
+                                          stream_interval)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
 
@@ -170,7 +171,9 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             inputs[name] = tensor.as_numpy() if tensor is not None else None
         req = engine_request(inputs, self.tokenizer, self.max_model_len)
-        return {"prompt_token_ids": req.prompt_ids}, self.SamplingParams(**req.sampling), req.streaming, True
+        interval = stream_interval(request.parameters())
+        sampling = req.sampling | ({"stream_interval": interval} if interval else {})
+        return {"prompt_token_ids": req.prompt_ids}, self.SamplingParams(**sampling), req.streaming, True
 
     def _text_request(self, request):
         text = decode_texts(pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1, 1), "text_input")[0]
@@ -182,6 +185,9 @@ class TritonPythonModel:
         exclude = get("exclude_input_in_output")
         exclude = bool(exclude.as_numpy().reshape(-1)[0]) if exclude is not None else False
         params.setdefault("temperature", 0.0)
+        interval = stream_interval(request.parameters())
+        if interval:
+            params["stream_interval"] = interval
         check_prompt_bytes(text, self.longest_token, self.max_model_len)
         check_request_size(len(self.tokenizer(text)["input_ids"]), params.get("max_tokens", 16), self.max_model_len)
         return text, self.SamplingParams(**params), stream, exclude

@@ -19,7 +19,7 @@ class FailingAtFirst(FakeBackend):
         super().__init__()
         self.failures = failures
 
-    async def generate(self, inputs):
+    async def generate(self, inputs, parameters=None):
         if self.failures > 0:
             self.failures -= 1
             self.fail = 0

@@ -102,3 +102,16 @@ def test_bad_values_are_refused():
         plan([VLLM], [1], **(COMMON | {"output_len": 0}))
     with pytest.raises(ValueError, match="input_len must be at least 1"):
         plan([VLLM], [1], **(COMMON | {"input_len": 0}))
+
+
+def test_stream_interval_body():
+    from scripts.bench.sweep import stream_interval_body
+
+    assert stream_interval_body(1) is None and stream_interval_body(4) == {"stream_interval": 4}
+    for bad in (0, 1025, 2.0, True):
+        with pytest.raises(ValueError, match="STREAM_INTERVAL must be an integer from 1 to 1024"):
+            stream_interval_body(bad)
+    run = plan([Target("a", "http://x")], [1], served_model="m", tokenizer="t", input_len=4, output_len=4,
+               extra_body=stream_interval_body(4))[-1]
+    from scripts.bench.vllm_bench import bench_args
+    assert bench_args(run)[-2:] == ["--extra-body", '{"stream_interval": 4}']

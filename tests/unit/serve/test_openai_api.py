@@ -164,6 +164,14 @@ def test_ignore_eos_reaches_the_ensemble_as_no_end_id():
         parse_completion_request(b'{"prompt": "hi", "ignore_eos": "yes"}', "tiny-llama")
 
 
+def test_stream_interval_is_vllms_extension_checked_here():
+    assert parse_completion_request(b'{"prompt": "hi", "stream_interval": 4}', "tiny-llama").stream_interval == 4
+    assert parse_completion_request(b'{"prompt": "hi"}', "tiny-llama").stream_interval is None
+    for bad in (b"0", b"1025", b'"4"'):
+        with pytest.raises(OpenAIError, match="stream_interval"):
+            parse_completion_request(b'{"prompt": "hi", "stream_interval": ' + bad + b"}", "tiny-llama")
+
+
 def test_content_given_as_text_parts_reads_as_the_joined_text():
     """The standard list-of-parts form (openai's typed messages, LangChain, vllm bench serve) renders
     the same prompt as the plain string."""

@@ -245,6 +245,9 @@ def test_a_replica_can_call_the_engine_model_itself(serve_repo, started):
     assert sent["streaming"].tolist() == [[True]] and sent["end_id"].tolist() == [[-1]]  # ignore_eos
     assert sent["temperature"].tolist() == [[0.5]] and sent["random_seed"].tolist() == [[3]]
     assert sent["stop_words_list"].tolist() == [[[ord("o"), ord("n")], [2, -1]]]
+    streamed = json.dumps({"prompt": "Ray", "max_tokens": 6, "stream_interval": 4}).encode()
+    asyncio.run(service.completions(streamed))
+    assert service.backend.parameters[-2:] == [None, {"stream_interval": 4}]  # a Triton request parameter
     with pytest.raises(ValueError, match="triton_model must be one of"):
         serve_app.TritonReplica(str(serve_repo), "tiny-llama", triton_model="vllm_model")
 

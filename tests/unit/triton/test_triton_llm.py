@@ -122,8 +122,10 @@ def fake_tritonserver(responses):
         def ready(self):
             return True
 
-        async def async_infer(self, inputs):
-            calls["inputs"] = inputs
+        async def async_infer(self, inputs, parameters=None):
+            # triton-inference-server/core@r25.02:python/tritonserver/_api/_model.py: Model.async_infer
+            # takes the InferenceRequest's fields as keywords (inputs, parameters, ...)
+            calls["inputs"], calls["parameters"] = inputs, parameters
             for r in responses:
                 yield r
 

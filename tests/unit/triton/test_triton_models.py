@@ -98,6 +98,15 @@ def test_sampling_from_json():
             tm.sampling_from_json(text)
 
 
+def test_stream_interval_from_request_parameters():
+    assert tm.stream_interval(None) is None and tm.stream_interval("{}") is None
+    assert tm.stream_interval('{"stream_interval": 4, "other": "x"}') == 4
+    assert tm.sampling_from_json('{"stream_interval": "2"}') == {"stream_interval": 2}
+    for bad in ('{"stream_interval": 0}', '{"stream_interval": 2000}', '{"stream_interval": "4"}', '{"stream_interval": true}'):
+        with pytest.raises(ValueError, match="stream_interval must be an integer from 1 to 1024"):
+            tm.stream_interval(bad)
+
+
 def test_model_parameter():
     config = {"name": "m", "parameters": {"a": {"string_value": "x"}, "b": {"string_value": "${b}"}}}
     assert tm.model_parameter(config, "a") == "x"
