@@ -62,8 +62,12 @@ def ratios(aggregated: list[dict[str, Any]], baseline: str) -> list[dict[str, An
     return out
 
 
-def table(rows: list[dict[str, Any]], columns: list[str], digits: int = 2) -> str:
-    """A plain-text table of ``rows`` (numbers rounded), for notebooks and logs."""
+def table(rows: list[dict[str, Any]], columns: list[str], digits: int = 2,
+          sort_by: tuple[str, ...] = ()) -> str:
+    """A plain-text table of ``rows`` (numbers rounded, ordered by the ``sort_by`` columns), for notebooks and logs."""
+    if sort_by:
+        rows = sorted(rows, key=lambda r: tuple(r[c] for c in sort_by))
+
     def cell(value: Any) -> str:
         if isinstance(value, float):
             return "nan" if math.isnan(value) else f"{value:.{digits}f}"

@@ -133,3 +133,10 @@ def test_plot_has_two_axes_and_one_line_per_label():
         assert fig.get_suptitle() == "tiny-llama"
     finally:
         plt.close(fig)
+
+
+def test_table_orders_rows_by_the_sort_columns():
+    rows = [{"label": "b", "concurrency": 8}, {"label": "a", "concurrency": 8}, {"label": "c", "concurrency": 1}]
+    lines = table(rows, ["label", "concurrency"], sort_by=("concurrency", "label")).splitlines()[2:]
+    assert [line.split()[0] for line in lines] == ["c", "a", "b"]
+    assert [line.split()[0] for line in table(rows, ["label"]).splitlines()[2:]] == ["b", "a", "c"]
