@@ -30,8 +30,16 @@ def serve_repo_dir(profile: Profile) -> Path:
 
 def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None) -> dict[str, Any]:
     """Fill the repository the replicas load. Streaming needs the engine (and so the ensemble) to
-    be decoupled: a model that is not may send only one response per request."""
-    settings = settings or RepoSettings(decoupled_mode=True)
+    be decoupled: a model that is not may send only one response per request.
+
+    The engine step's dynamic batcher waits ``serve_max_queue_delay_microseconds`` (the profile's;
+    0 everywhere) instead of notebook 02's 10,000: Triton's delayed batching holds a request for up
+    to that long hoping to batch it with others (server ``docs/user_guide/model_configuration.md``,
+    "Delayed Batching"), which buys nothing for a decoupled engine that adds every arriving request
+    to its running batch at the next step, and costs each request that time before its first token
+    (notebook 07: the engine model's TTFT at concurrency 1, about 10 ms more with 10,000)."""
+    settings = settings or RepoSettings(decoupled_mode=True,
+                                        max_queue_delay_microseconds=profile["serve_max_queue_delay_microseconds"])
     return fill_for_profile(profile, settings, output_dir=serve_repo_dir(profile))
 
 

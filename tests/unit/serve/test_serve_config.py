@@ -83,3 +83,18 @@ def test_the_serve_repository_is_filled_decoupled_next_to_notebook_02s(build_roo
     repo = serve_config.serve_repo_dir(profile)
     assert filled["repository"] == str(repo) and repo.is_relative_to(build_root)
     assert repository_facts(repo).decoupled  # streaming needs it
+
+
+def test_the_serve_repositorys_engine_step_waits_what_the_profile_says(build_root):
+    from scripts.engine import config as engine
+    from scripts.triton.repository.fill import read_model_config, repository_facts
+
+    profile = load_profile("cpu")
+    engine.write_engine_config(profile)
+    serve_config.fill_serve_repository(profile)
+    repo = serve_config.serve_repo_dir(profile)
+    batching = read_model_config(repo, repository_facts(repo).engine_model).dynamic_batching
+    assert batching.max_queue_delay_microseconds == profile["serve_max_queue_delay_microseconds"]
+    custom = serve_config.RepoSettings(decoupled_mode=True, max_queue_delay_microseconds=250)
+    serve_config.fill_serve_repository(profile, custom)
+    assert read_model_config(repo, repository_facts(repo).engine_model).dynamic_batching.max_queue_delay_microseconds == 250
