@@ -21,6 +21,7 @@ import yaml
 
 from scripts.deploy.kuberay import (API_VERSION, DASHBOARD_AGENT_PORT, KIND, KUBERAY_VERSION, METRICS_PORT,
                                     RAY_VERSION, SERVE_PORT_NAME)
+from scripts.generated import sync
 from scripts.paths import REPO_ROOT
 from scripts.profiles import Profile, available_profiles, load_profile
 from scripts.serve.config import app_config
@@ -232,22 +233,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--image", help="image of every Pod (default: the committed placeholder)")
     parser.add_argument("--out", type=Path, default=DEPLOY_DIR, help="folder to write into (default deploy/k8s)")
     args = parser.parse_args(argv)
-    stale = []
-    for name in available_profiles():
-        for rel, text in render(load_profile(name), args.image).items():
-            path = args.out / name / rel
-            if args.check:
-                if not path.is_file() or path.read_text() != text:
-                    stale.append(str(path))
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
-                print(f"wrote {path}")
-    if stale:
-        print(f"out of date with env/profiles.toml: {', '.join(stale)} (python -m scripts.deploy.k8s)")
-        return 1
-    return 0
-
+    files = {args.out / name / rel: text for name in available_profiles()
+             for rel, text in render(load_profile(name), args.image).items()}
+    return sync(files, args.check, "python -m scripts.deploy.k8s")
 
 if __name__ == "__main__":
     raise SystemExit(main())

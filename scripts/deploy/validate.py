@@ -96,21 +96,17 @@ def _resources(group: Mapping[str, Any]) -> tuple[float, int, str | None]:
 
 def capacity_cluster(rayservice: Mapping[str, Any]) -> dict[str, Any]:
     """The capacity checker's cluster (``scripts.capacity.parse_cluster``) for the RayService at its largest:
-    the head and ``maxReplicas`` Pods of every worker group."""
+    the head and ``maxReplicas`` Pods of every worker group. Memory stays a Kubernetes quantity (``32Gi``),
+    which :func:`scripts.capacity.units.parse_memory` reads."""
     cluster = rayservice["spec"]["rayClusterConfig"]
     cpu, gpu, memory = _resources(cluster["headGroupSpec"])
-    nodes = [{"name": "head", "CPU": cpu, "GPU": gpu} | ({"memory": _memory(memory)} if memory else {})]
+    nodes = [{"name": "head", "CPU": cpu, "GPU": gpu} | ({"memory": memory} if memory else {})]
     for group in cluster.get("workerGroupSpecs") or []:
         cpu, gpu, memory = _resources(group)
         for i in range(group["maxReplicas"]):
             nodes.append({"name": f"{group['groupName']}-{i}", "CPU": cpu, "GPU": gpu}
-                         | ({"memory": _memory(memory)} if memory else {}))
+                         | ({"memory": memory} if memory else {}))
     return {"nodes": nodes}
-
-
-def _memory(quantity: str) -> str:
-    """A Kubernetes quantity (``32Gi``) as the capacity checker's size string (``32GiB``)."""
-    return quantity + "B" if quantity.endswith("i") else quantity
 
 
 def gpu_findings(rayservice: Mapping[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from scripts.generated import sync
 from scripts.paths import SERVE_CONFIG_DIR, triton_repo_dir
 from scripts.profiles import Profile, available_profiles, bind_host, load_profile
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
@@ -102,21 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=main.__doc__)
     parser.add_argument("--check", action="store_true")
     args = parser.parse_args(argv)
-    stale = []
-    for name in available_profiles():
-        text, path = render_app_config(load_profile(name)), config_path(name)
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-            print(f"wrote {path}")
-    if stale:
-        print(f"out of date with env/profiles.toml: {', '.join(stale)} (python -m scripts.serve.config)")
-        return 1
-    return 0
-
+    files = {config_path(name): render_app_config(load_profile(name)) for name in available_profiles()}
+    return sync(files, args.check, "python -m scripts.serve.config")
 
 if __name__ == "__main__":
     raise SystemExit(main())
