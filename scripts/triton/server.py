@@ -42,6 +42,22 @@ from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, 
 OWNER_GONE_GRACE_S = 2
 
 
+def unprivileged_home(user: str | None) -> Path | None:
+    """A HOME that ``user`` owns, under the build directory, for a server started with ``run_as``."""
+    if user is None:
+        return None
+    import pwd  # noqa: PLC0415
+
+    if os.geteuid() != 0:
+        raise PermissionError(f"running tritonserver as {user!r} needs root (setpriv changes the user): "
+                              "run as root, or start the server as that user yourself")
+    entry = pwd.getpwnam(user)
+    home = triton_backend_dir().parent / f"home-{user}"
+    home.mkdir(parents=True, exist_ok=True)
+    os.chown(home, entry.pw_uid, entry.pw_gid)
+    return home
+
+
 class TritonStartError(RuntimeError):
     """The server exited or did not become ready; the message ends with its log tail."""
 
@@ -92,6 +108,8 @@ class ServerCommand:
     log_verbose: int = 0
     extra_args: tuple[str, ...] = ()
     engine_model: str = "tensorrt_llm"  # what ranks above 0 load
+    run_as: str | None = None  # a user to run the server as (setpriv; needs root), e.g. "nobody"
+    home: Path | None = None  # that user's writable HOME (vLLM and torch keep caches there)
 
     def server_args(self, rank: int = 0) -> list[str]:
         """One rank's command line. With several ranks (``mpirun``) it follows TensorRT-LLM's launcher
@@ -121,8 +139,16 @@ class ServerCommand:
         return args
 
     def argv(self) -> list[str]:
+        # setpriv (util-linux) drops root before exec: the server then reads the repository with that
+        # user's permissions, as a production server started by an unprivileged service account does.
+        user = []
+        if self.run_as:
+            import pwd  # noqa: PLC0415
+
+            entry = pwd.getpwnam(self.run_as)
+            user = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
         if self.world_size == 1:
-            return self.server_args()
+            return user + self.server_args()
         argv = ["mpirun", "--allow-run-as-root"]
         for rank in range(self.world_size):
             argv += ["-n", "1", *self.server_args(rank), ":"]
@@ -134,6 +160,8 @@ class ServerCommand:
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env.setdefault("LC_ALL", "C.UTF-8")
         env["PYTHONUNBUFFERED"] = "1"
+        if self.home is not None:
+            env["HOME"] = str(self.home)
         if self.backend_dir is not None and "pytriton" in str(self.binary):
             # The stub finds the wheel's bundled libraries (libcudart ...) through an RPATH relative to
             # where the wheel keeps it; our copy lives elsewhere, so point the loader at them.
@@ -146,7 +174,8 @@ class TritonServer:
     """One tritonserver process group: started on free ports, polled until ready, stopped by handle."""
 
     def __init__(self, model_repo: str | Path, *, backend_dir: Path | None | str = "auto", exit_timeout_s: int = 5,
-                 world_size: int = 1, log_path: Path | None = None, extra_args: tuple[str, ...] = ()):
+                 world_size: int = 1, log_path: Path | None = None, extra_args: tuple[str, ...] = (),
+                 run_as: str | None = None):
         model_repo = Path(model_repo).resolve()
         if not model_repo.is_dir():
             raise FileNotFoundError(f"model repository {model_repo} does not exist: fill it first (notebook 02)")
@@ -156,7 +185,7 @@ class TritonServer:
         self.command = ServerCommand(model_repo, free_port(), free_port(), free_port(),
                                      Path(backend_dir) if backend_dir else None,
                                      f"tutorial{uuid.uuid4().hex[:8]}_", exit_timeout_s, world_size, binary,
-                                     extra_args=extra_args)
+                                     extra_args=extra_args, run_as=run_as, home=unprivileged_home(run_as))
         self.log_path = log_path or triton_log_path(self.command.http_port)
         self.process: subprocess.Popen | None = None
 

@@ -33,6 +33,7 @@ from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text,
                                           stream_interval)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
+TEXT_MODE_INPUT = "text_input"
 
 
 def invalid(message: str):
@@ -62,6 +63,19 @@ def scheduler_gauges(waiting, kv_cache):
 
 
 class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        """A text-in model gets ``max_batch_size: 0``: vLLM batches continuously by itself, so Triton
+        must hand each request over at once, as Triton's official vLLM backend decides in its
+        ``auto_complete_config`` (triton-inference-server/vllm_backend, ``src/model.py``). A config
+        that asks for more fails to load with the stub's own message ("configuration specified
+        max_batch_size 8, but in auto-complete-config function ... specified max_batch_size 0");
+        the token-in engine step keeps its batching for the ensemble."""
+        config = auto_complete_model_config.as_dict()
+        if TEXT_MODE_INPUT in {tensor["name"] for tensor in config.get("input", [])}:
+            auto_complete_model_config.set_max_batch_size(0)
+        return auto_complete_model_config
+
     def initialize(self, args):
         # The stub starts in the C locale; torch (imported by vLLM) reads its templates as UTF-8.
         locale.setlocale(locale.LC_ALL, "")

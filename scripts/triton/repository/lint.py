@@ -155,12 +155,36 @@ def _check_model(model: _Model) -> list[Problem]:
                     f'backend "python" needs {version.name}/{filename}, which does not exist',
                     f"add {model.name}/{version.name}/{filename}, or set default_model_filename "
                     "to the file holding TritonPythonModel"))
+    if config.backend == "vllm" and any(tensor.name == "text_input" for tensor in config.input):
+        found += _check_vllm_text_model(model)
     if config.HasField("dynamic_batching") and config.max_batch_size == 0:
         line, _ = model.line(r"\bdynamic_batching\b")
         found.append(model.problem(line, "batch-size", "dynamic_batching is set but max_batch_size is 0",
                                    "set max_batch_size > 0, or remove dynamic_batching"))
     if "decoupled_mode" in config.parameters:
         found += _check_decoupled_mode(model)
+    return found
+
+
+def _check_vllm_text_model(model: _Model) -> list[Problem]:
+    """A text-in model of the ``vllm`` backend (like Triton's official vLLM backend): vLLM batches by
+    itself, so ``max_batch_size`` is 0 (the backend's auto-complete refuses more), and every version
+    folder holds the ``model.json`` with its engine arguments (the backend reads nothing else)."""
+    found = []
+    if model.config.max_batch_size != 0:
+        line, _ = model.line(r"^\s*max_batch_size\s*:")
+        found.append(model.problem(line, "batch-size",
+                                   f"max_batch_size is {model.config.max_batch_size}, but the vllm backend batches "
+                                   "requests itself and loads a text-in model only with 0",
+                                   "set max_batch_size: 0 (vLLM's max_num_seqs in model.json bounds the batch)"))
+    line, _ = model.line(_quoted("backend", "vllm"))
+    for version in model.versions:
+        if not (version / "model.json").is_file():
+            found.append(model.problem(line, "model-json-missing",
+                                       f"version {version.name} has no model.json, the engine arguments the "
+                                       "vllm backend reads",
+                                       f"write {model.name}/{version.name}/model.json (copy it in whole before "
+                                       "the version folder appears to a polling server)"))
     return found
 
 

@@ -1,0 +1,1 @@
+"""Model lifecycle: Triton versions, live loads and failures; blue-green and canary through Serve (notebook 08)."""

@@ -1,0 +1,149 @@
+"""scripts.lifecycle.router and .load: weights, draws, the breaker, the records and their numbers.
+The whole release (Serve, a real Triton with two versions, a steady load) runs in notebook 08."""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from scripts.lifecycle import load, router
+
+
+def test_weights_are_validated_with_what_to_fix():
+    assert router.validate_weights({"blue": 90, "green": 10}, ["blue", "green"]) == {"blue": 90, "green": 10}
+    assert router.validate_weights({"green": 5}, ["blue", "green"]) == {"blue": 0, "green": 5}
+    for bad, message in (({"red": 1}, "unknown color"), ({"blue": -1}, "whole number >= 0"), ({"blue": 0.5}, "whole number"),
+                         ({"blue": True}, "whole number"), ({"blue": 0, "green": 0}, "every weight is 0"), ([], "mapping")):
+        with pytest.raises(ValueError, match=message):
+            router.validate_weights(bad, ["blue", "green"])
+
+
+def test_draws_follow_the_weights_within_three_sigma():
+    rng, n = random.Random(0), 10_000
+    share = sum(router.choose({"blue": 90, "green": 10}, rng) == "green" for _ in range(n)) / n
+    assert abs(share - 0.10) <= 3 * (0.1 * 0.9 / n) ** 0.5
+    assert {router.choose({"blue": 0, "green": 1}, rng) for _ in range(100)} == {"green"}
+    assert router.fallback({"blue": 90, "green": 10}, "green") == "blue" and router.fallback({"blue": 1}, "blue") is None
+
+
+class _Backend:
+    def __init__(self, version, fail=False):
+        self.version, self.fail = version, fail
+        self.generate = self
+
+    def remote(self, prompt, max_tokens):
+        async def answer():
+            if self.fail:
+                raise RuntimeError("version not found")
+            return {"version": self.version, "text": prompt}
+        return answer()
+
+
+class _Request:
+    def __init__(self, body):
+        self.body = body
+
+    async def json(self):
+        if isinstance(self.body, Exception):
+            raise self.body
+        return self.body
+
+
+def make_router(weights, breaker_errors=3, green_fails=False):
+    cls = router.Router.func_or_class
+    r = cls.__new__(cls)
+    r.backends, r.replica = {"blue": _Backend(1), "green": _Backend(3, fail=green_fails)}, "r1"
+    r.reconfigure({"weights": weights, "seed": 0, "breaker_errors": breaker_errors})
+    return r
+
+
+def call(r, body):
+    response = asyncio.run(r(_Request(body)))
+    return response.status_code, json.loads(response.body)
+
+
+def test_a_failing_color_is_retried_on_the_other_and_the_breaker_opens():
+    r = make_router({"blue": 50, "green": 50}, breaker_errors=2, green_fails=True)
+    answers = [call(r, {"prompt": "p", "max_tokens": 2}) for _ in range(40)]
+    assert all(status == 200 and body["version"] == 1 for status, body in answers)
+    assert sum(body["retried"] for _, body in answers) == 2  # two failures, then green gets nothing
+    state = asyncio.run(r.state())
+    assert state["effective_weights"] == {"blue": 50, "green": 0} and state["weights"]["green"] == 50
+    r.reconfigure({"weights": {"blue": 50, "green": 50}})
+    assert asyncio.run(r.state())["effective_weights"]["green"] == 50  # a new configuration closes it
+
+
+def test_bad_bodies_are_a_400_that_says_what_to_send():
+    r = make_router({"blue": 1})
+    for body in ({"max_tokens": 2}, {"prompt": "", "max_tokens": 2}, {"prompt": "p", "max_tokens": 0}, ValueError("not JSON")):
+        status, answer = call(r, body)
+        assert status == 400 and '"prompt"' in answer["error"]
+
+
+def records():
+    R = load.Record
+    return [R(0.0, 0.2, 200, "blue", 1, False, ""), R(0.1, 0.6, 200, "green", 2, True, ""),
+            R(0.3, 0.7, 502, None, None, False, "green: boom"), R(0.5, 1.2, 200, "green", 2, False, "")]
+
+
+def test_summary_timeline_and_split():
+    s = load.summary(records())
+    assert s == {"requests": 4, "failed": 1, "by_version": {1: 1, 2: 2}, "by_color": {"blue": 1, "green": 2},
+                 "retried": 1, "errors": {"green": 1}}
+    bins = load.timeline(records(), bin_s=0.5)
+    assert [b["t"] for b in bins] == [0.0, 0.5, 1.0] and bins[0]["ok"] == {1: 1} and bins[1] == {"t": 0.5, "ok": {2: 1}, "failed": 1}
+    within, share, tolerance = load.split_within(records(), "green", 0.5)
+    assert share == pytest.approx(2 / 3) and within and tolerance == pytest.approx(3 * (0.25 / 3) ** 0.5)
+    with pytest.raises(ValueError, match="no answered request"):
+        load.split_within([], "green", 0.1)
+    assert load.timeline([]) == []
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        size = int(self.headers["Content-Length"])
+        prompt = json.loads(self.rfile.read(size))["prompt"]
+        status, body = (200, {"color": "blue", "version": 1, "retried": False, "text": prompt}) if prompt != "fail" \
+            else (502, {"error": "green: down"})
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def http_url():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_steady_load_records_every_request_and_its_failures(http_url):
+    steady = load.SteadyLoad(http_url, concurrency=3, prompt="hello", max_tokens=2).start()
+    steady.wait_for(20, timeout_s=30)
+    at = steady.mark("half")
+    got = steady.stop()
+    assert len(got) >= 20 and all(r.ok and r.version == 1 for r in got) and 0 < at <= got[-1].end_s + 1
+    failing = load.SteadyLoad(http_url, concurrency=1, prompt="fail").start()
+    bad = failing.stop()
+    assert bad and all(r.status == 502 and r.error == "green: down" for r in bad)
+    with pytest.raises(ValueError, match="at least 1"):
+        load.SteadyLoad(http_url, concurrency=0)
+
+
+def test_a_load_against_nothing_fails_its_records_not_the_caller():
+    steady = load.SteadyLoad("http://127.0.0.1:9/", concurrency=1).start(timeout_s=10)
+    got = steady.stop()
+    assert got and got[0].status == 0 and "ConnectError" in got[0].error

@@ -1,0 +1,203 @@
+"""scripts.lifecycle.versions and .failures without a server: the repository they write, the configs
+they send, the broken copies and what the linter says of each, the permission checks, the copies."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from scripts.engine.config import write_engine_config
+from scripts.lifecycle import failures
+from scripts.lifecycle.versions import (MODEL, Triton, file_config, fill_versioned_model, require_text_model,
+                                        version_policy, with_policy)
+from scripts.paths import BUILD_DIR_ENV
+from scripts.profiles import load_profile
+from scripts.triton import server as ts
+from scripts.triton.repository.lint import lint
+
+
+@pytest.fixture
+def versioned(tmp_path, monkeypatch):
+    """A two-version ``lm`` filled for the cpu profile; the checkpoints are only named, not made."""
+    monkeypatch.setenv(BUILD_DIR_ENV, str(tmp_path / "build"))
+    profile = load_profile("cpu")
+    write_engine_config(profile)
+    checkpoints = {1: tmp_path / "ckpt1", 2: tmp_path / "ckpt2"}
+    for path in checkpoints.values():
+        path.mkdir()
+        (path / "model.safetensors").write_bytes(b"weights")
+    repo = tmp_path / "repo"
+    return profile, repo, fill_versioned_model(profile, repo, checkpoints), checkpoints
+
+
+def test_the_versioned_model_names_one_checkpoint_per_version_and_lints_clean(versioned):
+    _, repo, model_dir, checkpoints = versioned
+    assert model_dir == repo / MODEL and sorted(p.name for p in model_dir.iterdir()) == ["1", "2", "config.pbtxt"]
+    for version, checkpoint in checkpoints.items():
+        arguments = json.loads((model_dir / str(version) / "model.json").read_text())
+        assert arguments["model"] == arguments["tokenizer"] == str(checkpoint)
+    assert not lint(repo)
+    config = file_config(model_dir)
+    assert config["name"] == MODEL and config["backend"] == "vllm" and config.get("max_batch_size", 0) == 0  # proto3 JSON omits 0
+    assert "version_policy" not in config  # Triton's default (latest, 1) applies
+
+
+def test_policies_as_triton_reads_them():
+    assert version_policy("latest") == {"latest": {"num_versions": 1}}
+    assert version_policy("all") == {"all": {}}
+    assert version_policy("specific", [1]) == {"specific": {"versions": [1]}}
+    with pytest.raises(ValueError, match="needs versions"):
+        version_policy("specific")
+    with pytest.raises(ValueError, match="use one of latest, all, specific"):
+        version_policy("newest")
+    assert with_policy({"name": "m"}, "all") == {"name": "m", "version_policy": {"all": {}}}
+
+
+def test_a_profile_without_a_text_model_is_refused_with_the_profile_to_use():
+    with pytest.raises(SystemExit, match="PROFILE='cpu'"):
+        require_text_model(load_profile("gpu-trtllm"))
+
+
+@pytest.mark.parametrize("case, rule", [("syntax", "parse"), ("missing-file", "model-json-missing"), ("batch-size", "batch-size")])
+def test_each_broken_copy_is_caught_by_the_linter(versioned, tmp_path, case, rule):
+    _, _, model_dir, _ = versioned
+    broken = tmp_path / "broken"
+    name = failures.break_model(model_dir, broken, case)
+    assert name == f"{MODEL}_{case.replace('-', '_')}"
+    problems = [p for p in lint(broken) if p.path.is_relative_to(broken / name)]
+    assert [p.rule for p in problems] == [rule], problems
+    assert failures.lint_messages(broken, name) and case in failures.FIXES
+    with pytest.raises(ValueError, match="unknown case"):
+        failures.break_model(model_dir, broken, "typo")
+
+
+def test_a_copy_is_renamed_in_its_config(versioned, tmp_path):
+    _, _, model_dir, _ = versioned
+    copy = failures.copy_model(model_dir, tmp_path / "other", "lm_copy")
+    assert 'name: "lm_copy"' in (copy / "config.pbtxt").read_text() and not lint(tmp_path / "other")
+
+
+def test_the_permission_preflight_finds_what_another_user_cannot_read(versioned):
+    _, _, model_dir, checkpoints = versioned
+    paths = failures.served_paths(model_dir)
+    assert paths == [model_dir, checkpoints[1], checkpoints[2]]
+    os.chmod(checkpoints[2] / "model.safetensors", 0o600)
+    user = "nobody"
+    assert failures.unreadable_for(user, paths) == [checkpoints[2] / "model.safetensors"]
+    failures.make_private(model_dir)
+    assert stat.S_IMODE(model_dir.stat().st_mode) == 0o700 and stat.S_IMODE((model_dir / "config.pbtxt").stat().st_mode) == 0o600
+    assert model_dir in failures.unreadable_for(user, paths)
+    failures.make_readable(model_dir)
+    failures.make_readable(checkpoints[2])
+    assert failures.unreadable_for(user, paths) == []
+    assert stat.S_IMODE(model_dir.stat().st_mode) == 0o755
+
+
+def test_a_half_copy_shows_the_empty_folder_first_and_an_atomic_copy_shows_all_at_once(versioned, tmp_path):
+    _, _, model_dir, _ = versioned
+    target = tmp_path / "polled" / "2"
+    target.parent.mkdir()
+    copy = failures.HalfCopy(model_dir / "2", target, delay_s=0.3)
+    thread = threading.Thread(target=copy.run)
+    thread.start()
+    thread.join(0.15)
+    assert target.is_dir() and not list(target.iterdir())
+    thread.join()
+    assert [p.name for p in target.iterdir()] == ["model.json"] and copy.steps[-1][0] >= 0.3
+    other = tmp_path / "polled" / "3"
+    failures.atomic_copy(model_dir / "2", other)
+    assert [p.name for p in other.iterdir()] == ["model.json"] and not list(tmp_path.glob("polled/.*"))
+
+
+def test_triton_messages_lose_the_traceback_and_logs_keep_the_error_lines():
+    message = "load failed for model 'lm_x': version 2 is at UNAVAILABLE state: Internal: E\n\nAt:\n  /x/model.py(91): initialize\n"
+    assert failures.first_line(message) == "load failed for model 'lm_x': version 2 is at UNAVAILABLE state: Internal: E"
+    assert failures.first_line("") == ""
+    log = "I1 server started\n| lm | 1 | READY |\nE1 failed to open directory /r/lm\n"
+    assert failures.error_lines(log) == ["E1 failed to open directory /r/lm"]
+
+
+class _Versions:
+    """A polled server as watch_versions sees it: version 2 fails once, then loads."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def states(self, name):
+        self.calls += 1
+        return {1: {"1": "READY", "2": "UNAVAILABLE"}, 2: {"1": "READY", "2": "LOADING"}}.get(self.calls, {"1": "UNLOADING", "2": "READY"})
+
+    def ask(self, prompt, name, max_tokens):
+        return type("A", (), {"version": 2 if self.calls >= 3 else 1})()
+
+
+def test_watch_versions_keeps_the_changes_only_and_stops_when_ready():
+    seen = failures.watch_versions(_Versions(), "lm", "p", until_ready="2", timeout_s=5, poll_s=0.01)
+    assert [s["states"]["2"] for s in seen] == ["UNAVAILABLE", "LOADING", "READY"] and seen[-1]["answered"] == 2
+
+
+def test_a_server_run_as_another_user_drops_root_with_setpriv():
+    cmd = ts.ServerCommand(model_repo=Path("/r"), http_port=1, grpc_port=2, metrics_port=3, backend_dir=Path("/b"),
+                           shm_prefix="tut_", binary=Path("/x/tritonserver"), run_as="nobody", home=Path("/h"))
+    argv = cmd.argv()
+    assert argv[:2] == ["setpriv", "--reuid=65534"] and argv[3] == "--clear-groups" and argv[4] == "/x/tritonserver"
+    assert cmd.environment({})["HOME"] == "/h"
+    assert ts.ServerCommand(model_repo=Path("/r"), http_port=1, grpc_port=2, metrics_port=3, backend_dir=None,
+                            shm_prefix="t_", binary=Path("/x/tritonserver")).argv()[0] == "/x/tritonserver"
+
+
+def test_the_vllm_backend_gives_a_text_model_max_batch_size_0_and_refuses_more(monkeypatch):
+    spec = importlib.util.find_spec("pytriton")
+    utils = Path(spec.origin).parent / "tritonserver" / "backends" / "python" / "triton_python_backend_utils.py"
+    if not utils.is_file():
+        pytest.skip("the nvidia-pytriton wheel's Python-backend utilities are not installed")
+    pb_spec = importlib.util.spec_from_file_location("triton_python_backend_utils", utils)
+    pb_utils = importlib.util.module_from_spec(pb_spec)
+    try:
+        pb_spec.loader.exec_module(pb_utils)
+    except ImportError as exc:  # it imports the stub's c_python_backend_utils where it can
+        pytest.skip(f"triton_python_backend_utils needs the stub: {exc}")
+    monkeypatch.setitem(__import__("sys").modules, "triton_python_backend_utils", pb_utils)
+    from scripts.triton.backend import vllm_backend
+
+    text = {"name": "lm", "max_batch_size": 8, "input": [{"name": "text_input", "data_type": "TYPE_STRING", "dims": [1]}], "output": []}
+    with pytest.raises(ValueError, match="max_batch_size 8, but in auto-complete-config function for model 'lm' specified max_batch_size 0"):
+        vllm_backend.TritonPythonModel.auto_complete_config(pb_utils.ModelConfig(json.dumps(text)))
+    ok = vllm_backend.TritonPythonModel.auto_complete_config(pb_utils.ModelConfig(json.dumps(text | {"max_batch_size": 0})))
+    assert ok.as_dict()["max_batch_size"] == 0
+    tokens = {"name": "e", "max_batch_size": 64, "input": [{"name": "input_ids", "data_type": "TYPE_INT32", "dims": [-1]}], "output": []}
+    assert vllm_backend.TritonPythonModel.auto_complete_config(pb_utils.ModelConfig(json.dumps(tokens))).as_dict()["max_batch_size"] == 64
+
+
+def test_the_http_client_builds_versioned_routes(monkeypatch):
+    calls = []
+
+    class Response:
+        ok, status_code = True, 200
+
+        @staticmethod
+        def json():
+            return {"model_version": "2", "text_output": "hi"}
+
+    monkeypatch.setattr("scripts.lifecycle.versions.requests.post", lambda url, json, timeout: calls.append((url, json)) or Response())
+    answer = Triton("http://127.0.0.1:1/").ask("p", version=2, max_tokens=3)
+    assert calls[0][0] == "http://127.0.0.1:1/v2/models/lm/versions/2/generate" and answer.version == 2 and answer.text == "hi"
+    assert json.loads(calls[0][1]["sampling_parameters"]) == {"max_tokens": 3, "temperature": 0}
+    Triton("http://h").load(config={"name": "lm"})
+    assert calls[1] == ("http://h/v2/repository/models/lm/load", {"parameters": {"config": '{"name": "lm"}'}})
+
+
+def test_a_private_copy_has_its_own_checkpoints_with_owner_only_weights(versioned, tmp_path):
+    _, _, model_dir, checkpoints = versioned
+    os.chmod(checkpoints[1] / "model.safetensors", 0o644)  # an earlier fix of the original changes nothing
+    copy = failures.private_copy(model_dir, tmp_path / "private", "lm_private")
+    named = [Path(json.loads((copy / v / "model.json").read_text())["model"]) for v in ("1", "2")]
+    assert all(p.parent == tmp_path / "private" / "checkpoints" for p in named)
+    assert all(stat.S_IMODE((p / "model.safetensors").stat().st_mode) == 0o600 for p in named)
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o700 and stat.S_IMODE((checkpoints[1] / "model.safetensors").stat().st_mode) == 0o644
+    assert set(failures.unreadable_for("nobody", failures.served_paths(copy))) >= {copy, *(p / "model.safetensors" for p in named)}
