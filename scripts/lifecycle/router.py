@@ -60,7 +60,7 @@ def fallback(weights: dict[str, int], failed: str) -> str | None:
     return others[0] if others else None
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64, health_check_period_s=2)
+@serve.deployment(ray_actor_options={"num_cpus": 0.1}, max_ongoing_requests=64)
 class TritonVersion:
     """One color: forwards prompts to one version of a Triton model (``/versions/<v>/generate``)."""
 

@@ -165,3 +165,13 @@ def test_07_every_target_measured_at_every_concurrency():
 @pytest.mark.parametrize("notebook", ["00_check_environment", "03_verify_engine", "04_launch_triton_server"])
 def test_every_notebook_ran_on_one_profile(notebook):
     assert results.load(notebook)["profile"] == results.load("00_check_environment")["profile"]
+
+
+def test_08_no_request_failed_through_the_release_and_the_canary_held_its_share():
+    r, _ = recorded("08_model_lifecycle")
+    for phase in ("bluegreen", "promoted", "rollback"):
+        assert r[phase]["failed"] == 0 and r[phase]["requests"] > 0, (phase, r[phase])
+    assert set(r["bluegreen"]["by_version"]) == {"1", "2"}  # JSON keys
+    assert "3" not in r["rollback"]["by_version"] and r["rollback"]["retried"] > 0, r["rollback"]
+    assert abs(r["canary"]["share"] - r["canary"]["by_color"].get("green", 0) / (r["canary"]["requests"] - r["canary"]["failed"])) < 1e-9
+    assert r["canary"]["tolerance"] > 0 and r["canary"]["failed"] == 0
