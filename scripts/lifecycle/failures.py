@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scripts.lifecycle.versions import renamed_config
 from scripts.triton.repository.lint import lint
 
 CASES = ("syntax", "missing-file", "batch-size")
@@ -50,7 +51,7 @@ def copy_model(source: Path, repo: Path, name: str) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(source, folder)
     config = folder / "config.pbtxt"
-    config.write_text(re.sub(r'^name:\s*"[^"]*"', f'name: "{name}"', config.read_text(), count=1, flags=re.MULTILINE))
+    config.write_text(renamed_config(config.read_text(), name))
     return folder
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
 
 import httpx
+
+from scripts.bench.serve import LoadThread
 
 
 @dataclass(frozen=True)
@@ -32,16 +33,17 @@ class Record:
         return self.status == 200
 
 
-class SteadyLoad:
+class SteadyLoad(LoadThread):
+    """``concurrency`` POSTs of ``{"prompt", "max_tokens"}`` kept in flight against ``url`` until
+    :meth:`stop`, every one recorded (:class:`Record`)."""
+
     def __init__(self, url: str, concurrency: int = 4, prompt: str = "Ray Serve takes", max_tokens: int = 8):
         if concurrency < 1:
             raise ValueError(f"concurrency is {concurrency}: give at least 1")
-        self.url, self.concurrency, self.prompt, self.max_tokens = url, concurrency, prompt, max_tokens
+        super().__init__(url, concurrency, max_tokens, "steady-load")
+        self.prompt = prompt
         self.records: list[Record] = []
         self.marks: dict[str, float] = {}
-        self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name="steady-load", daemon=True)
         self._t0 = 0.0
 
     def now(self) -> float:
@@ -62,27 +64,20 @@ class SteadyLoad:
         async with httpx.AsyncClient(timeout=120) as client:
             await asyncio.gather(*(self._worker(client) for _ in range(self.concurrency)))
 
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._run())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller by start/stop
-            self.failure = exc
-
     def start(self, timeout_s: float = 60) -> "SteadyLoad":
-        """Start sending; return once the first answer is in (``TimeoutError`` if none comes)."""
+        """Start sending; return once the first answer is in (``RuntimeError`` if none comes)."""
         self._t0 = time.monotonic()
-        self._thread.start()
-        self.wait_for(1, timeout_s)
+        if not self.begin(lambda: bool(self.records), timeout_s):
+            raise RuntimeError(f"no answer from {self.url} within {timeout_s} s: {self.failure!r}") from self.failure
         return self
 
     def wait_for(self, count: int, timeout_s: float) -> None:
         """Block until ``count`` requests have ended."""
         deadline = time.monotonic() + timeout_s
         while len(self.records) < count:
-            if self.failure is not None or not self._thread.is_alive():
-                raise RuntimeError(f"the load generator stopped: {self.failure!r}")
+            if self.failure is not None:
+                raise RuntimeError(f"the load generator stopped: {self.failure!r}") from self.failure
             if time.monotonic() > deadline:
-                self._stop.set()
                 raise TimeoutError(f"{len(self.records)} of {count} requests to {self.url} ended in {timeout_s} s")
             time.sleep(0.05)
 
@@ -93,10 +88,7 @@ class SteadyLoad:
 
     def stop(self, timeout_s: float = 120) -> list[Record]:
         """Stop sending, wait for the requests in flight, return every record in order of start."""
-        self._stop.set()
-        self._thread.join(timeout_s)
-        if self.failure is not None:
-            raise RuntimeError(f"the load generator failed: {self.failure!r}") from self.failure
+        self.halt(timeout_s)
         return sorted(self.records, key=lambda r: r.start_s)
 
 

@@ -7,26 +7,30 @@ shape the design:
   a rolling replacement of its replicas, old and new serving side by side for a while: not
   blue-green, which keeps two whole versions and moves the traffic in one step, with a way back;
 * a change of ``user_config`` alone is a lightweight update: Serve calls ``reconfigure`` on the
-  running replicas and restarts none.
+  running replicas and restarts none, but only for a config applied declaratively (``serve deploy``,
+  KubeRay): ``serve.run`` replaces every replica each time (:meth:`Release.apply`).
 
 Serve has no percentage split (model multiplexing routes by a model id the request carries). So:
 two backend deployments, ``lm-blue`` and ``lm-green`` (:class:`TritonVersion`), each pinned by its
 ``user_config`` to one version of Triton's model, behind a :class:`Router` ingress whose traffic
-weights live in its ``user_config``. Moving traffic is :func:`set_weights`: ``serve.run`` with new
-``user_config`` values, applied in place. The router also keeps a circuit breaker: a request that
-fails on one color is sent once to the other, and after ``breaker_errors`` failures in a row a
-color gets nothing until the next configuration (an automatic rollback of a canary that fails).
+weights live in its ``user_config``. Moving traffic is :meth:`Release.apply`: a Serve config with
+new ``user_config`` values. The router also keeps a circuit breaker: a request that fails on one
+color is sent once to the other, and after ``breaker_errors`` failures in a row a color gets
+nothing until the next configuration (an automatic rollback of a canary that fails).
 """
 from __future__ import annotations
 
 import random
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 from ray import serve
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+
+from scripts.lifecycle.versions import generate_body, generate_route
 
 
 def validate_weights(weights: Any, colors: list[str] | tuple[str, ...]) -> dict[str, int]:
@@ -72,11 +76,10 @@ class TritonVersion:
         self.version = int(config.get("version", self.version))
 
     def url(self, route: str) -> str:
-        return f"{self.base}/v2/models/{self.model}/versions/{self.version}/{route}"
+        return self.base + generate_route(self.model, self.version, route)
 
     async def generate(self, prompt: str, max_tokens: int) -> dict:
-        body = {"text_input": prompt, "sampling_parameters": f'{{"max_tokens": {int(max_tokens)}, "temperature": 0}}'}
-        r = await self.client.post(self.url("generate"), json=body)
+        r = await self.client.post(self.url("generate"), json=generate_body(prompt, max_tokens))
         if r.status_code != 200:
             raise RuntimeError(f"{self.url('generate')} answered {r.status_code}: {r.text[:300]}")
         data = r.json()
@@ -153,42 +156,55 @@ def app(args: dict):
     return Router.bind(backends)
 
 
-def release_config(app_name: str, route_prefix: str, triton_http: str, model: str, versions: dict[str, int],
-                   weights: dict[str, int], *, http_options: dict | None = None, seed: int = 0,
-                   breaker_errors: int = 3) -> dict:
-    """The Serve config of a release: what ``serve deploy`` and KubeRay's ``serveConfigV2`` carry."""
-    weights = validate_weights(weights, list(versions))
-    deployments = [{"name": "Router", "user_config": {"weights": weights, "seed": seed, "breaker_errors": breaker_errors}}]
-    deployments += [{"name": f"{model}-{color}", "user_config": {"version": int(v)}} for color, v in versions.items()]
-    application = {"name": app_name, "route_prefix": route_prefix, "import_path": "scripts.lifecycle.router:app",
-                   "args": {"triton_http": triton_http, "model": model, "colors": list(versions)}, "deployments": deployments}
-    return {"http_options": dict(http_options or {}), "applications": [application]}
+@dataclass(frozen=True)
+class Release:
+    """One application's release steps: each :meth:`apply` is a Serve config (:meth:`config`) with
+    these colors' Triton versions and traffic weights, applied declaratively."""
 
+    app_name: str
+    route_prefix: str
+    triton_http: str
+    model: str
+    dashboard_url: str
+    http_options: dict = field(default_factory=dict)
+    seed: int = 0
+    breaker_errors: int = 3
 
-def apply(config: dict, dashboard_url: str, timeout_s: float = 120) -> float:
-    """Apply a Serve config declaratively (the dashboard's ``PUT /api/serve/applications/``, as
-    ``serve deploy`` does) and wait until the application runs it; returns the seconds it took.
+    def config(self, versions: dict[str, int], weights: dict[str, int]) -> dict:
+        """The Serve config of one step: what ``serve deploy`` and KubeRay's ``serveConfigV2`` carry."""
+        weights = validate_weights(weights, list(versions))
+        router = {"weights": weights, "seed": self.seed, "breaker_errors": self.breaker_errors}
+        deployments = [{"name": "Router", "user_config": router}]
+        deployments += [{"name": f"{self.model}-{color}", "user_config": {"version": int(v)}} for color, v in versions.items()]
+        application = {"name": self.app_name, "route_prefix": self.route_prefix, "import_path": "scripts.lifecycle.router:app",
+                       "args": {"triton_http": self.triton_http, "model": self.model, "colors": list(versions)},
+                       "deployments": deployments}
+        return {"http_options": dict(self.http_options), "applications": [application]}
 
-    Declaratively, Serve compares the new config with the running one: when only ``user_config``
-    values (and other lightweight options) changed, it calls ``reconfigure`` on the running replicas.
-    ``serve.run`` cannot do that: an application deployed imperatively carries no code version, so
-    every ``serve.run`` replaces every replica (ray 2.60, ``serve/_private/application_state.py``,
-    ``deploy_app``: ``code_version=None``). Raises RuntimeError with Serve's message if the
-    deployment fails."""
-    from ray.dashboard.modules.serve.sdk import ServeSubmissionClient  # noqa: PLC0415
+    def apply(self, versions: dict[str, int], weights: dict[str, int], timeout_s: float = 120) -> float:
+        """Apply one step (the dashboard's ``PUT /api/serve/applications/``, as ``serve deploy`` does)
+        and wait until the application runs it; returns the seconds it took.
 
-    name = config["applications"][0]["name"]
-    previous = serve.status().applications.get(name)
-    before = previous.last_deployed_time_s if previous else None
-    start = time.monotonic()
-    ServeSubmissionClient(dashboard_url).deploy_applications(config)
-    while True:
-        status = serve.status().applications.get(name)
-        if status is not None and status.last_deployed_time_s != before:
-            if status.status == "RUNNING":
-                return time.monotonic() - start
-            if status.status == "DEPLOY_FAILED":
-                raise RuntimeError(f"application {name!r} failed to deploy: {status.message}")
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"application {name!r} not running {timeout_s} s after the config was applied: {status}")
-        time.sleep(0.2)
+        Declaratively, Serve compares the new config with the running one: when only ``user_config``
+        values (and other lightweight options) changed, it calls ``reconfigure`` on the running
+        replicas. ``serve.run`` cannot do that: an application deployed imperatively carries no code
+        version, so every ``serve.run`` replaces every replica (ray 2.60,
+        ``serve/_private/application_state.py``, ``deploy_app``: ``code_version=None``). Raises
+        RuntimeError with Serve's message if the deployment fails."""
+        from ray.dashboard.modules.serve.sdk import ServeSubmissionClient  # noqa: PLC0415
+
+        config = self.config(versions, weights)
+        previous = serve.status().applications.get(self.app_name)
+        before = previous.last_deployed_time_s if previous else None
+        start = time.monotonic()
+        ServeSubmissionClient(self.dashboard_url).deploy_applications(config)
+        while True:
+            status = serve.status().applications.get(self.app_name)
+            if status is not None and status.last_deployed_time_s != before:
+                if status.status == "RUNNING":
+                    return time.monotonic() - start
+                if status.status == "DEPLOY_FAILED":
+                    raise RuntimeError(f"application {self.app_name!r} failed to deploy: {status.message}")
+            if time.monotonic() - start > timeout_s:
+                raise TimeoutError(f"application {self.app_name!r} not running {timeout_s} s after the config was applied: {status}")
+            time.sleep(0.2)

@@ -20,6 +20,7 @@ model_management.md``, "Model Control Mode EXPLICIT", and ``model_configuration.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -28,11 +29,11 @@ from typing import Any
 
 import requests
 
-from scripts.engine.config import read_engine_config, vllm_engine_kwargs
+from scripts.engine.config import read_engine_config
 from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama
 from scripts.paths import build_dir
 from scripts.profiles import Profile
-from scripts.triton.repository.fill import fill_for_profile
+from scripts.triton.repository.fill import fill_for_profile, standalone_arguments
 
 MODEL = "lm"
 #: Version 2: the same architecture trained again, another seed and fewer steps (about 10 s on 2 cores)
@@ -64,13 +65,6 @@ def version_checkpoints(profile: Profile, spec: TinyLlamaSpec = VERSION_2_SPEC) 
     return {1: v1, 2: v2}
 
 
-def engine_arguments(profile: Profile, checkpoint: Path) -> dict[str, Any]:
-    """A version's ``model.json``: the profile's engine arguments with this version's checkpoint."""
-    config = read_engine_config(profile.path("engine_dir"))
-    return vllm_engine_kwargs(config) | {"model": str(checkpoint), "tokenizer": str(checkpoint),
-                                         "kv_cache_space_gib": config.get("kv_cache_space_gib", 1)}
-
-
 def fill_versioned_model(profile: Profile, repo: Path, checkpoints: dict[int, Path], name: str = MODEL) -> Path:
     """Write ``repo/<name>/config.pbtxt`` (the profile's text-in model, renamed) and one folder per
     version with its ``model.json``; returns the model folder. An existing folder is replaced."""
@@ -81,13 +75,18 @@ def fill_versioned_model(profile: Profile, repo: Path, checkpoints: dict[int, Pa
     folder = repo / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    text = (staging / template_model / "config.pbtxt").read_text()
-    (folder / "config.pbtxt").write_text(text.replace(f'name: "{template_model}"', f'name: "{name}"'))
+    (folder / "config.pbtxt").write_text(renamed_config((staging / template_model / "config.pbtxt").read_text(), name))
     shutil.rmtree(staging)
+    engine_config = read_engine_config(profile.path("engine_dir"))
     for version, checkpoint in sorted(checkpoints.items()):
         (folder / str(version)).mkdir()
-        (folder / str(version) / "model.json").write_text(json.dumps(engine_arguments(profile, checkpoint), indent=2) + "\n")
+        (folder / str(version) / "model.json").write_text(json.dumps(standalone_arguments(engine_config, checkpoint), indent=2) + "\n")
     return folder
+
+
+def renamed_config(text: str, name: str) -> str:
+    """A ``config.pbtxt`` text with its ``name`` field set to ``name`` (Triton requires the folder's name)."""
+    return re.sub(r'^name:\s*"[^"]*"', f'name: "{name}"', text, count=1, flags=re.MULTILINE)
 
 
 def file_config(model_dir: Path) -> dict[str, Any]:
@@ -105,59 +104,61 @@ def with_policy(config: dict[str, Any], policy: str, versions: list[int] | None 
 
 
 def version_policy(policy: str, versions: list[int] | None = None) -> dict[str, Any]:
-    """The ``version_policy`` field of a model config, as JSON."""
-    if policy == "latest":
-        return {"latest": {"num_versions": len(versions) if versions else 1}}
-    if policy == "all":
-        return {"all": {}}
-    if policy == "specific":
-        if not versions:
-            raise ValueError("a specific version policy needs versions, e.g. [1]")
-        return {"specific": {"versions": list(versions)}}
-    raise ValueError(f"unknown version policy {policy!r}: use one of {', '.join(POLICIES)}")
+    """The ``version_policy`` field of a model config, as JSON: ``latest`` (the newest version, Triton's
+    default), ``all``, or ``specific`` with ``versions``."""
+    if policy not in POLICIES:
+        raise ValueError(f"unknown version policy {policy!r}: use one of {', '.join(POLICIES)}")
+    if (policy == "specific") != bool(versions):
+        raise ValueError("a specific version policy needs versions, e.g. [1]" if policy == "specific"
+                         else f"the {policy} policy takes no versions (only specific does)")
+    return {"latest": {"latest": {"num_versions": 1}}, "all": {"all": {}},
+            "specific": {"specific": {"versions": list(versions or [])}}}[policy]
+
+
+def generate_route(name: str, version: int | None, route: str = "generate") -> str:
+    """``/v2/models/<name>[/versions/<v>]/<route>``: without a version Triton picks its highest ready one."""
+    return f"/v2/models/{name}" + (f"/versions/{version}" if version else "") + f"/{route}"
+
+
+def generate_body(prompt: str, max_tokens: int) -> dict[str, str]:
+    """A greedy request to a text-in model's ``generate`` route (``sampling_parameters`` is a JSON string)."""
+    return {"text_input": prompt, "sampling_parameters": json.dumps({"max_tokens": int(max_tokens), "temperature": 0})}
 
 
 class Triton:
-    """Triton's repository and inference routes over HTTP (KServe v2 and its extensions)."""
+    """One server's model repository (``tritonclient.http``: index, load with a config) and its
+    text-in models' ``generate`` route, which tritonclient does not cover (plain HTTP)."""
 
     def __init__(self, http_url: str, timeout_s: float = 300):
+        import tritonclient.http as httpclient  # noqa: PLC0415
+
         self.url, self.timeout_s = http_url.rstrip("/"), timeout_s
+        # a load waits for the model's start-up: longer than tritonclient's default 60 s network timeout
+        self.client = httpclient.InferenceServerClient(self.url.split("://", 1)[-1], network_timeout=timeout_s)
 
     def index(self) -> list[dict[str, Any]]:
         """``POST /v2/repository/index``: every model of the repositories, with version, state, reason."""
-        r = requests.post(f"{self.url}/v2/repository/index", json={}, timeout=30)
-        r.raise_for_status()
-        return r.json()
+        return self.client.get_model_repository_index()
 
     def states(self, name: str = MODEL) -> dict[str, str]:
         """{version: state} of one model, from the index (READY, UNAVAILABLE ...)."""
         return {e.get("version", "-"): e.get("state", "-") for e in self.index() if e["name"] == name}
 
-    def config(self, name: str = MODEL) -> dict[str, Any]:
-        r = requests.get(f"{self.url}/v2/models/{name}/config", timeout=30)
-        r.raise_for_status()
-        return r.json()
-
     def load(self, name: str = MODEL, config: dict[str, Any] | None = None) -> "LoadResult":
-        """Load (or reload) a model; ``config`` replaces its ``config.pbtxt`` for this load."""
-        body = {"parameters": {"config": json.dumps(config)}} if config is not None else {}
+        """Load (or reload) a model; ``config`` replaces its ``config.pbtxt`` for this load. A refusal
+        is returned with Triton's message, not raised: the notebook shows it."""
+        from tritonclient.utils import InferenceServerException  # noqa: PLC0415
+
         start = time.monotonic()
-        r = requests.post(f"{self.url}/v2/repository/models/{name}/load", json=body, timeout=self.timeout_s)
-        error = "" if r.ok else r.json().get("error", r.text)
-        return LoadResult(name, r.status_code, error, time.monotonic() - start)
-
-    def unload(self, name: str = MODEL) -> int:
-        return requests.post(f"{self.url}/v2/repository/models/{name}/unload", json={}, timeout=self.timeout_s).status_code
-
-    def ready(self, name: str = MODEL, version: int | None = None) -> bool:
-        path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "") + "/ready"
-        return requests.get(self.url + path, timeout=30).status_code == 200
+        try:
+            self.client.load_model(name, config=None if config is None else json.dumps(config))
+        except InferenceServerException as exc:
+            return LoadResult(name, int(exc.status() or 0), exc.message(), time.monotonic() - start)
+        return LoadResult(name, 200, "", time.monotonic() - start)
 
     def ask(self, prompt: str, name: str = MODEL, version: int | None = None, max_tokens: int = 12) -> "Answer":
-        """Greedy text from ``/generate``; ``version`` None lets Triton pick (its highest ready version)."""
-        path = f"/v2/models/{name}" + (f"/versions/{version}" if version else "") + "/generate"
-        body = {"text_input": prompt, "sampling_parameters": json.dumps({"max_tokens": max_tokens, "temperature": 0})}
-        r = requests.post(self.url + path, json=body, timeout=self.timeout_s)
+        """Greedy text from ``generate``; ``version`` None lets Triton pick (its highest ready version)."""
+        r = requests.post(self.url + generate_route(name, version), json=generate_body(prompt, max_tokens), timeout=self.timeout_s)
         data = r.json()
         if not r.ok:
             return Answer(r.status_code, None, "", data.get("error", r.text))

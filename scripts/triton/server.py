@@ -46,16 +46,24 @@ def unprivileged_home(user: str | None) -> Path | None:
     """A HOME that ``user`` owns, under the build directory, for a server started with ``run_as``."""
     if user is None:
         return None
-    import pwd  # noqa: PLC0415
-
     if os.geteuid() != 0:
         raise PermissionError(f"running tritonserver as {user!r} needs root (setpriv changes the user): "
                               "run as root, or start the server as that user yourself")
-    entry = pwd.getpwnam(user)
+    entry = user_entry(user)
     home = triton_backend_dir().parent / f"home-{user}"
     home.mkdir(parents=True, exist_ok=True)
     os.chown(home, entry.pw_uid, entry.pw_gid)
     return home
+
+
+def user_entry(user: str):
+    """``user``'s password entry (uid, primary gid); KeyError naming the user if there is none."""
+    import pwd  # noqa: PLC0415
+
+    try:
+        return pwd.getpwnam(user)
+    except KeyError:
+        raise KeyError(f"no user {user!r} on this machine: give an existing unprivileged user, e.g. nobody") from None
 
 
 class TritonStartError(RuntimeError):
@@ -143,9 +151,9 @@ class ServerCommand:
         # user's permissions, as a production server started by an unprivileged service account does.
         user = []
         if self.run_as:
-            import pwd  # noqa: PLC0415
-
-            entry = pwd.getpwnam(self.run_as)
+            if self.world_size > 1:
+                raise ValueError("run_as works for one rank only: mpirun would start the ranks as root")
+            entry = user_entry(self.run_as)
             user = ["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups"]
         if self.world_size == 1:
             return user + self.server_args()

@@ -161,3 +161,37 @@ def transformers_engine_on_cpu(build):
         profile = transformers_on_cpu(build)
         prepare_model(profile)
         yield profile, write_engine_config(profile).parent
+
+
+@contextlib.contextmanager
+def json_http_server(answer) -> Iterator[tuple[str, list]]:
+    """A loopback HTTP server whose POSTs ``answer(path, body) -> (status, dict)`` answers as JSON;
+    yields its URL and the ``(path, body)`` of every POST it got."""
+    import json  # noqa: PLC0415
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415
+
+    seen: list = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = json.loads(raw) if raw else {}
+            seen.append((self.path, body))
+            status, reply = answer(self.path, body)
+            data = json.dumps(reply).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", seen
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -94,6 +94,13 @@ def instance_kind(engine_config: dict[str, Any], s: RepoSettings) -> str:
     return kind
 
 
+def standalone_arguments(engine_config: dict[str, Any], checkpoint: str | Path | None = None) -> dict[str, Any]:
+    """The standalone model's ``model.json``: its engine arguments, as the official vLLM backend reads
+    them (plus our ``kv_cache_space_gib``); ``checkpoint`` replaces the engine's model and tokenizer."""
+    kwargs = vllm_engine_kwargs(engine_config) | {"kv_cache_space_gib": engine_config.get("kv_cache_space_gib", 1)}
+    return kwargs | ({"model": str(checkpoint), "tokenizer": str(checkpoint)} if checkpoint else {})
+
+
 def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), output_dir: Path | None = None,
                      engine_dir: Path | None = None, models: list[str] | None = None) -> dict[str, Any]:
     """Fill the profile's models into ``build/triton_repo/<profile>``; returns what was written.
@@ -105,9 +112,8 @@ def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), 
     output_dir = output_dir or repo_dir(profile)
     output_dir.mkdir(parents=True, exist_ok=True)
     written = fill_repository(TEMPLATE_DIR, output_dir, {m: values[m] for m in models if m in values}, models=models)
-    if "vllm_model" in models:  # the standalone model's engine arguments, as the official vLLM backend reads them
-        kwargs = vllm_engine_kwargs(engine_config) | {"kv_cache_space_gib": engine_config.get("kv_cache_space_gib", 1)}
-        (output_dir / "vllm_model" / "1" / "model.json").write_text(json.dumps(kwargs, indent=2) + "\n")
+    if "vllm_model" in models:
+        (output_dir / "vllm_model" / "1" / "model.json").write_text(json.dumps(standalone_arguments(engine_config), indent=2) + "\n")
     return {"repository": str(output_dir), "models": sorted(p.name for p in written), "settings": asdict(settings)}
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from scripts.lifecycle import load, router
+from fakes import json_http_server
 
 
 def test_weights_are_validated_with_what_to_fix():
@@ -103,31 +102,16 @@ def test_summary_timeline_and_split():
     assert load.timeline([]) == []
 
 
-class _Handler(BaseHTTPRequestHandler):
-    def do_POST(self):
-        size = int(self.headers["Content-Length"])
-        prompt = json.loads(self.rfile.read(size))["prompt"]
-        status, body = (200, {"color": "blue", "version": 1, "retried": False, "text": prompt}) if prompt != "fail" \
-            else (502, {"error": "green: down"})
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+def _router_answer(path, body):
+    if body["prompt"] == "fail":
+        return 502, {"error": "green: down"}
+    return 200, {"color": "blue", "version": 1, "retried": False, "text": body["prompt"]}
 
 
 @pytest.fixture
 def http_url():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-    server.server_close()
+    with json_http_server(_router_answer) as (url, _):
+        yield url
 
 
 def test_the_steady_load_records_every_request_and_its_failures(http_url):
@@ -147,3 +131,22 @@ def test_a_load_against_nothing_fails_its_records_not_the_caller():
     steady = load.SteadyLoad("http://127.0.0.1:9/", concurrency=1).start(timeout_s=10)
     got = steady.stop()
     assert got and got[0].status == 0 and "ConnectError" in got[0].error
+
+
+def test_each_release_step_is_a_valid_serve_config_whose_code_version_stays():
+    from ray.serve._private.deploy_utils import get_app_code_version
+    from ray.serve.schema import ServeDeploySchema
+
+    release = router.Release("lifecycle", "/lm", "http://127.0.0.1:1", "lm", "http://127.0.0.1:2",
+                             http_options={"host": "127.0.0.1", "port": 3}, breaker_errors=5)
+    blue = release.config({"blue": 1, "green": 2}, {"blue": 100})
+    green = release.config({"blue": 1, "green": 3}, {"blue": 10, "green": 90})
+    app = blue["applications"][0]
+    assert app["import_path"] == "scripts.lifecycle.router:app" and blue["http_options"]["port"] == 3
+    assert app["deployments"] == [{"name": "Router", "user_config": {"weights": {"blue": 100, "green": 0}, "seed": 0, "breaker_errors": 5}},
+                                  {"name": "lm-blue", "user_config": {"version": 1}}, {"name": "lm-green", "user_config": {"version": 2}}]
+    schemas = [ServeDeploySchema.model_validate(c).applications[0] for c in (blue, green)]
+    # only user_config differs: Serve reconfigures the running replicas instead of replacing them
+    assert get_app_code_version(schemas[0]) == get_app_code_version(schemas[1])
+    with pytest.raises(ValueError, match="unknown color"):
+        release.config({"blue": 1}, {"green": 1})

@@ -13,12 +13,13 @@ import pytest
 
 from scripts.engine.config import write_engine_config
 from scripts.lifecycle import failures
-from scripts.lifecycle.versions import (MODEL, Triton, file_config, fill_versioned_model, require_text_model,
-                                        version_policy, with_policy)
+from scripts.lifecycle.versions import (MODEL, Triton, file_config, fill_versioned_model, generate_route,
+                                        require_text_model, version_policy, with_policy)
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 from scripts.triton import server as ts
 from scripts.triton.repository.lint import lint
+from fakes import json_http_server
 
 
 @pytest.fixture
@@ -55,6 +56,8 @@ def test_policies_as_triton_reads_them():
         version_policy("specific")
     with pytest.raises(ValueError, match="use one of latest, all, specific"):
         version_policy("newest")
+    with pytest.raises(ValueError, match="takes no versions"):
+        version_policy("latest", [2])
     assert with_policy({"name": "m"}, "all") == {"name": "m", "version_policy": {"all": {}}}
 
 
@@ -149,6 +152,11 @@ def test_a_server_run_as_another_user_drops_root_with_setpriv():
     assert cmd.environment({})["HOME"] == "/h"
     assert ts.ServerCommand(model_repo=Path("/r"), http_port=1, grpc_port=2, metrics_port=3, backend_dir=None,
                             shm_prefix="t_", binary=Path("/x/tritonserver")).argv()[0] == "/x/tritonserver"
+    with pytest.raises(ValueError, match="one rank only"):
+        ts.ServerCommand(model_repo=Path("/r"), http_port=1, grpc_port=2, metrics_port=3, backend_dir=None,
+                         shm_prefix="t_", binary=Path("/x/tritonserver"), run_as="nobody", world_size=2).argv()
+    with pytest.raises(KeyError, match="no user 'no-such-user'"):
+        ts.user_entry("no-such-user")
 
 
 def test_the_vllm_backend_gives_a_text_model_max_batch_size_0_and_refuses_more(monkeypatch):
@@ -174,22 +182,23 @@ def test_the_vllm_backend_gives_a_text_model_max_batch_size_0_and_refuses_more(m
     assert vllm_backend.TritonPythonModel.auto_complete_config(pb_utils.ModelConfig(json.dumps(tokens))).as_dict()["max_batch_size"] == 64
 
 
-def test_the_http_client_builds_versioned_routes(monkeypatch):
-    calls = []
+def _triton_answer(path, body):
+    if path.endswith("/load") and "bad" in path:
+        return 400, {"error": "failed to load 'bad'"}
+    return 200, ({"model_version": "2", "text_output": "hi"} if path.endswith("/generate") else {})
 
-    class Response:
-        ok, status_code = True, 200
 
-        @staticmethod
-        def json():
-            return {"model_version": "2", "text_output": "hi"}
-
-    monkeypatch.setattr("scripts.lifecycle.versions.requests.post", lambda url, json, timeout: calls.append((url, json)) or Response())
-    answer = Triton("http://127.0.0.1:1/").ask("p", version=2, max_tokens=3)
-    assert calls[0][0] == "http://127.0.0.1:1/v2/models/lm/versions/2/generate" and answer.version == 2 and answer.text == "hi"
-    assert json.loads(calls[0][1]["sampling_parameters"]) == {"max_tokens": 3, "temperature": 0}
-    Triton("http://h").load(config={"name": "lm"})
-    assert calls[1] == ("http://h/v2/repository/models/lm/load", {"parameters": {"config": '{"name": "lm"}'}})
+def test_the_http_client_builds_versioned_routes():
+    with json_http_server(_triton_answer) as (url, calls):
+        triton = Triton(url)
+        answer = triton.ask("p", version=2, max_tokens=3)
+        assert calls[0][0] == "/v2/models/lm/versions/2/generate" and answer.version == 2 and answer.text == "hi"
+        assert json.loads(calls[0][1]["sampling_parameters"]) == {"max_tokens": 3, "temperature": 0}
+        assert triton.load(config={"name": "lm"}).ok
+        assert calls[1] == ("/v2/repository/models/lm/load", {"parameters": {"config": '{"name": "lm"}'}})
+        refused = triton.load("bad")
+        assert (refused.ok, refused.status, refused.error) == (False, 400, "failed to load 'bad'")
+        assert generate_route("lm", None, "ready") == "/v2/models/lm/ready"
 
 
 def test_a_private_copy_has_its_own_checkpoints_with_owner_only_weights(versioned, tmp_path):
