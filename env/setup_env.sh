@@ -70,6 +70,13 @@ $pip install -q --no-deps -r "$lock"
 #    ("operator torchvision::nms does not exist"). Text generation needs none of the three.
 $pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 
+#    rfc3987-syntax (jupyter-events asks for jsonschema[format-nongpl]) builds an Earley grammar
+#    when it is imported, and jsonschema imports it with its format checkers, which `import ray`
+#    loads: about 2 s more in every process that imports Ray or vLLM, three of them for each vLLM
+#    engine that Triton loads (`python -X importtime -c "import ray"` shows it). jsonschema skips
+#    the IRI format check without it, and nothing here validates IRIs.
+$pip uninstall -q -y rfc3987-syntax 2>/dev/null || true
+
 # 3. NumPy 1.x, last: the Triton 2.51 Python-backend stub crashes on every BYTES tensor with
 #    NumPy 2 ("unpack_from requires a buffer of at least ... bytes"). vLLM text generation works
 #    with it even though opencv (through mistral-common) asks for NumPy 2.
