@@ -24,6 +24,8 @@ from typing import Any
 
 from ray import serve
 
+from scripts.lab.ok_app import PENDING_DELETE_S
+
 POLICIES = ("of_free", "of_total")
 
 
@@ -79,7 +81,7 @@ def claim_engine_memory(policy: str, fraction: float, engine_bytes: int, *, devi
             "held_bytes": int(free_before - free_after), "kv_cache_bytes": kv}
 
 
-@serve.deployment
+@serve.deployment(graceful_shutdown_timeout_s=PENDING_DELETE_S)  # see scripts.lab.ok_app
 class GpuProbe:
     """Reports :func:`visibility`; with ``claim`` (keyword arguments of :func:`claim_engine_memory`)
     each replica first holds that much GPU memory, and its constructor fails with CUDA's
