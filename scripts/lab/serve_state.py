@@ -307,6 +307,17 @@ def deploy(deployment_cls: Any, app: str, deployment: Mapping[str, Any], *, rout
 
 # -- direct ingress -------------------------------------------------------------------------------
 
+#: Environment for a cluster whose ingress replicas serve HTTP themselves (``LocalCluster(serve_env=...)``,
+#: or exported before ``ray start``). ``RAY_SERVE_THROUGHPUT_OPTIMIZED`` turns direct ingress on (with
+#: Serve's other throughput settings). With it, a stopping ingress replica stays open for
+#: ``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S`` (30 s by default) so that an external load
+#: balancer can take it out of rotation first (ray 2.60 ``serve/_private/replica.py``,
+#: ``perform_graceful_shutdown``; ``deploy_utils.py`` raises ``graceful_shutdown_timeout_s`` to match):
+#: every ``serve.shutdown``, ``serve.delete`` and downscale waits that long. Nothing stands in front
+#: of the replicas here, so 1 s; behind a real balancer keep at least its deregistration delay.
+DIRECT_INGRESS_ENV = {"RAY_SERVE_THROUGHPUT_OPTIMIZED": "1", "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "1"}
+
+
 def urls_from_target_groups(groups: Iterable[Any], app: str, host: str | None = None) -> list[str]:
     """The HTTP base URLs (``http://ip:port/route_prefix``) of ``app`` in Serve's target groups
     (``ray.serve.schema.TargetGroup``: route prefix, protocol and ``ip``/``port`` targets); ``host``

@@ -147,3 +147,18 @@ def test_urls_from_target_groups_keeps_the_http_targets_of_one_app():
     # a protocol given as a plain string counts too
     assert rc.urls_from_target_groups([NS(app_name="llm", protocol="http", route_prefix="/engine", targets=targets(1))],
                                       "llm") == ["http://10.0.0.5:1/engine"]
+
+
+def test_direct_ingress_env_turns_it_on_and_shortens_the_drain():
+    import os
+    import subprocess
+    import sys
+
+    code = ("from ray.serve._private import constants as c; "
+            "print(c.RAY_SERVE_ENABLE_DIRECT_INGRESS, c.RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S)")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_SERVE")}
+    default = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True)
+    tuned = subprocess.run([sys.executable, "-c", code], env=clean | rc.DIRECT_INGRESS_ENV, capture_output=True, text=True,
+                           check=True)
+    assert default.stdout.split() == ["False", "30.0"]  # Ray's defaults: no direct ingress, a 30 s drain
+    assert tuned.stdout.split() == ["True", "1.0"]
