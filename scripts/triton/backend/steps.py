@@ -324,6 +324,21 @@ def stream_interval(parameters_json: str | None) -> int | None:
     return value
 
 
+def token_out_sampling(sampling: dict[str, Any], interval: int | None) -> dict[str, Any]:
+    """vLLM ``SamplingParams`` keywords for a request answered with token ids (the engine model): with
+    ``stream_interval`` where asked, and ``detokenize=False`` unless stop strings need the text. The
+    ids are all the engine model sends back (the ensemble's postprocessing, or the Serve replica,
+    decodes them), so text made by vLLM's output processor, token by token in the stub's process,
+    would be thrown away (vllm 0.32 ``vllm/v1/engine/output_processor.py``; ``SamplingParams``
+    refuses ``stop`` without ``detokenize``)."""
+    out = dict(sampling)
+    if interval:
+        out["stream_interval"] = interval
+    if not out.get("stop"):
+        out["detokenize"] = False
+    return out
+
+
 def sampling_from_json(text: str | None) -> dict[str, Any]:
     """The standalone vLLM model's ``sampling_parameters`` JSON (official vLLM backend shape)."""
     if not text:

@@ -30,7 +30,7 @@ import triton_python_backend_utils as pb_utils
 from scripts.engine.config import read_engine_config, vllm_engine_kwargs, vllm_environment
 from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text, check_request_size, decode_texts,
                                           engine_request, longest_token_bytes, model_parameter, sampling_from_json,
-                                          stream_interval)
+                                          stream_interval, token_out_sampling)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
 TEXT_MODE_INPUT = "text_input"
@@ -185,8 +185,7 @@ class TritonPythonModel:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             inputs[name] = tensor.as_numpy() if tensor is not None else None
         req = engine_request(inputs, self.tokenizer, self.max_model_len)
-        interval = stream_interval(request.parameters())
-        sampling = req.sampling | ({"stream_interval": interval} if interval else {})
+        sampling = token_out_sampling(req.sampling, stream_interval(request.parameters()))
         return {"prompt_token_ids": req.prompt_ids}, self.SamplingParams(**sampling), req.streaming, True
 
     def _text_request(self, request):

@@ -98,6 +98,20 @@ def test_sampling_from_json():
             tm.sampling_from_json(text)
 
 
+def test_token_out_requests_skip_vllms_detokenizer_unless_stop_strings_need_it():
+    from vllm import SamplingParams
+    from vllm.exceptions import VLLMValidationError
+
+    plain = tm.token_out_sampling({"max_tokens": 4, "temperature": 0.0}, None)
+    assert plain == {"max_tokens": 4, "temperature": 0.0, "detokenize": False}
+    assert SamplingParams(**plain).detokenize is False
+    stopped = tm.token_out_sampling({"max_tokens": 4, "stop": ["."]}, 3)
+    assert stopped == {"max_tokens": 4, "stop": ["."], "stream_interval": 3}
+    assert SamplingParams(**stopped).detokenize is True
+    with pytest.raises(VLLMValidationError, match="only supported when detokenize is True"):
+        SamplingParams(**(stopped | {"detokenize": False}))
+
+
 def test_stream_interval_from_request_parameters():
     assert tm.stream_interval(None) is None and tm.stream_interval("{}") is None
     assert tm.stream_interval('{"stream_interval": 4, "other": "x"}') == 4
