@@ -15,11 +15,14 @@ two backend deployments, ``lm-blue`` and ``lm-green`` (:class:`TritonVersion`), 
 ``user_config`` to one version of Triton's model, behind a :class:`Router` ingress whose traffic
 weights live in its ``user_config``. Moving traffic is :meth:`Release.apply`: a Serve config with
 new ``user_config`` values. The router also keeps a circuit breaker: a request that fails on one
-color is sent once to the other, and after ``breaker_errors`` failures in a row a color gets
-nothing until the next configuration (an automatic rollback of a canary that fails).
+color, or gets no answer within ``request_timeout_s``, is sent once to the other, and after
+``breaker_errors`` such failures in a row a color gets nothing until the next configuration (an
+automatic rollback of a canary that fails). The timeout matters when a color has no live replica:
+Serve then queues its calls until one comes back, and without a deadline the client waits with them.
 """
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 from dataclasses import dataclass, field
@@ -99,7 +102,7 @@ class Router:
     def __init__(self, backends: dict):
         self.backends = backends
         self.weights = self.effective = {c: 0 for c in backends}
-        self.rng, self.breaker_errors = random.Random(0), 3
+        self.rng, self.breaker_errors, self.timeout_s = random.Random(0), 3, 60.0
         self.errors = {c: 0 for c in backends}
         self.replica = serve.get_replica_context().replica_id.unique_id
 
@@ -109,17 +112,25 @@ class Router:
         self.errors = {c: 0 for c in self.backends}
         self.rng = random.Random(config.get("seed", 0))
         self.breaker_errors = int(config.get("breaker_errors", 3))
+        timeout_s = config.get("request_timeout_s", 60.0)
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
+            raise ValueError(f"request_timeout_s is {timeout_s!r}: give the seconds a backend may take, > 0")
+        self.timeout_s = float(timeout_s)
 
     async def state(self) -> dict:
         return {"weights": self.weights, "effective_weights": self.effective, "errors": self.errors, "replica": self.replica}
 
     async def _ask(self, color: str, prompt: str, max_tokens: int) -> dict:
+        response = self.backends[color].generate.remote(prompt, max_tokens)
         try:
-            answer = await self.backends[color].generate.remote(prompt, max_tokens)
-        except Exception:
+            answer = await asyncio.wait_for(response, self.timeout_s)
+        except Exception as exc:
             self.errors[color] += 1
             if self.errors[color] >= self.breaker_errors:
                 self.effective[color] = 0  # the breaker opens: nothing to this color until reconfigured
+            if isinstance(exc, asyncio.TimeoutError):
+                response.cancel()  # Serve drops the call, queued or running (DeploymentResponse.cancel)
+                raise TimeoutError(f"no answer from {color} within {self.timeout_s:g} s") from None
             raise
         self.errors[color] = 0
         return answer
@@ -169,11 +180,13 @@ class Release:
     http_options: dict = field(default_factory=dict)
     seed: int = 0
     breaker_errors: int = 3
+    request_timeout_s: float = 60.0
 
     def config(self, versions: dict[str, int], weights: dict[str, int]) -> dict:
         """The Serve config of one step: what ``serve deploy`` and KubeRay's ``serveConfigV2`` carry."""
         weights = validate_weights(weights, list(versions))
-        router = {"weights": weights, "seed": self.seed, "breaker_errors": self.breaker_errors}
+        router = {"weights": weights, "seed": self.seed, "breaker_errors": self.breaker_errors,
+                  "request_timeout_s": self.request_timeout_s}
         deployments = [{"name": "Router", "user_config": router}]
         deployments += [{"name": f"{self.model}-{color}", "user_config": {"version": int(v)}} for color, v in versions.items()]
         application = {"name": self.app_name, "route_prefix": self.route_prefix, "import_path": "scripts.lifecycle.router:app",

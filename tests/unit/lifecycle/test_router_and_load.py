@@ -29,17 +29,33 @@ def test_draws_follow_the_weights_within_three_sigma():
     assert router.fallback({"blue": 90, "green": 10}, "green") == "blue" and router.fallback({"blue": 1}, "blue") is None
 
 
+class _Response:
+    """Awaitable and cancellable, like Serve's DeploymentResponse."""
+
+    def __init__(self, coroutine):
+        self.coroutine, self.cancelled = coroutine, False
+
+    def __await__(self):
+        return self.coroutine.__await__()
+
+    def cancel(self):
+        self.cancelled = True
+
+
 class _Backend:
-    def __init__(self, version, fail=False):
-        self.version, self.fail = version, fail
-        self.generate = self
+    def __init__(self, version, fail=False, hang=False):
+        self.version, self.fail, self.hang = version, fail, hang
+        self.generate, self.responses = self, []
 
     def remote(self, prompt, max_tokens):
         async def answer():
+            if self.hang:  # no live replica: Serve would queue the call
+                await asyncio.sleep(3600)
             if self.fail:
                 raise RuntimeError("version not found")
             return {"version": self.version, "text": prompt}
-        return answer()
+        self.responses.append(_Response(answer()))
+        return self.responses[-1]
 
 
 class _Request:
@@ -52,11 +68,11 @@ class _Request:
         return self.body
 
 
-def make_router(weights, breaker_errors=3, green_fails=False):
+def make_router(weights, breaker_errors=3, green_fails=False, green_hangs=False, **config):
     cls = router.Router.func_or_class
     r = cls.__new__(cls)
-    r.backends, r.replica = {"blue": _Backend(1), "green": _Backend(3, fail=green_fails)}, "r1"
-    r.reconfigure({"weights": weights, "seed": 0, "breaker_errors": breaker_errors})
+    r.backends, r.replica = {"blue": _Backend(1), "green": _Backend(3, fail=green_fails, hang=green_hangs)}, "r1"
+    r.reconfigure({"weights": weights, "seed": 0, "breaker_errors": breaker_errors, **config})
     return r
 
 
@@ -74,6 +90,23 @@ def test_a_failing_color_is_retried_on_the_other_and_the_breaker_opens():
     assert state["effective_weights"] == {"blue": 50, "green": 0} and state["weights"]["green"] == 50
     r.reconfigure({"weights": {"blue": 50, "green": 50}})
     assert asyncio.run(r.state())["effective_weights"]["green"] == 50  # a new configuration closes it
+
+
+def test_a_color_that_does_not_answer_times_out_and_counts_for_the_breaker():
+    r = make_router({"blue": 1, "green": 99}, breaker_errors=2, green_hangs=True, request_timeout_s=0.05)
+    answers = [call(r, {"prompt": "p", "max_tokens": 2}) for _ in range(3)]
+    assert [(status, body["version"], body["retried"]) for status, body in answers] == [(200, 1, True)] * 2 + [(200, 1, False)]
+    green = r.backends["green"].responses
+    assert len(green) == 2 and all(response.cancelled for response in green)  # the breaker opened after two
+    assert asyncio.run(r.state())["effective_weights"] == {"blue": 1, "green": 0}
+    only_green = make_router({"green": 1}, green_hangs=True, request_timeout_s=0.05)
+    only_green.backends = {"green": only_green.backends["green"]}
+    only_green.weights = only_green.effective = {"green": 1}
+    status, body = call(only_green, {"prompt": "p", "max_tokens": 2})
+    assert status == 502 and body["error"] == "green: no answer from green within 0.05 s"
+    for bad in (0, -1, "10", True):
+        with pytest.raises(ValueError, match="request_timeout_s"):
+            make_router({"blue": 1}, request_timeout_s=bad)
 
 
 def test_bad_bodies_are_a_400_that_says_what_to_send():
@@ -143,7 +176,8 @@ def test_each_release_step_is_a_valid_serve_config_whose_code_version_stays():
     green = release.config({"blue": 1, "green": 3}, {"blue": 10, "green": 90})
     app = blue["applications"][0]
     assert app["import_path"] == "scripts.lifecycle.router:app" and blue["http_options"]["port"] == 3
-    assert app["deployments"] == [{"name": "Router", "user_config": {"weights": {"blue": 100, "green": 0}, "seed": 0, "breaker_errors": 5}},
+    assert app["deployments"] == [{"name": "Router", "user_config": {"weights": {"blue": 100, "green": 0}, "seed": 0, "breaker_errors": 5,
+                                                                     "request_timeout_s": 60.0}},
                                   {"name": "lm-blue", "user_config": {"version": 1}}, {"name": "lm-green", "user_config": {"version": 2}}]
     schemas = [ServeDeploySchema.model_validate(c).applications[0] for c in (blue, green)]
     # only user_config differs: Serve reconfigures the running replicas instead of replacing them
