@@ -1,11 +1,12 @@
 """The cpu profile end to end on a real tritonserver (the nvidia-pytriton wheel's) with vLLM:
 ensemble, BLS and the engine model called directly, on a repository filled decoupled (as notebook
-05 fills it) and not (notebooks 02 and 04). About 40 s each: vLLM starts inside Triton."""
+05 fills it) and not (notebooks 02 and 04), started side by side: vLLM starts inside each Triton."""
 from __future__ import annotations
 
 import json
 import os
 import queue
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -23,25 +24,39 @@ from scripts.triton.server import TritonServer
 PROMPT = "Ray Serve takes"
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["decoupled", "not-decoupled"])
-def served(request, tmp_path_factory):
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """Both repositories served at once: a start is mostly single-threaded imports (the stubs and
+    vLLM's processes), so two starts side by side take little longer than one."""
     build = tmp_path_factory.mktemp("build")
     before = os.environ.get(BUILD_DIR_ENV)
     os.environ[BUILD_DIR_ENV] = str(build)
+    started = {}
     try:
         profile = load_profile("cpu")
         prepare_model(profile)
         write_engine_config(profile)
-        repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=request.param))["repository"])
-        server = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble",
-                                                "--load-model=tensorrt_llm_bls"))
-        with server.start(timeout_s=300, retries=1):
-            yield server, repo, profile.path("model_dir"), request.param
+        for decoupled in (True, False):
+            repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=decoupled),
+                                         output_dir=build / f"repo-{'decoupled' if decoupled else 'not-decoupled'}")["repository"])
+            started[decoupled] = (TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble",
+                                                                 "--load-model=tensorrt_llm_bls")), repo)
+        with ThreadPoolExecutor(len(started)) as pool:
+            for future in [pool.submit(server.start, timeout_s=300, retries=1) for server, _ in started.values()]:
+                future.result()
+        yield {decoupled: (server, repo, profile.path("model_dir"), decoupled) for decoupled, (server, repo) in started.items()}
     finally:
+        for server, _ in started.values():
+            server.stop()
         if before is None:
             os.environ.pop(BUILD_DIR_ENV, None)
         else:
             os.environ[BUILD_DIR_ENV] = before
+
+
+@pytest.fixture(params=[True, False], ids=["decoupled", "not-decoupled"])
+def served(request, servers):
+    return servers[request.param]
 
 
 def generate(server, model: str, **body) -> requests.Response:
