@@ -3,6 +3,8 @@ command is read back by vLLM's own parser; the run itself is notebook 07's (make
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 
 import pytest
@@ -12,15 +14,27 @@ from scripts.engine.config import engine_settings
 from scripts.profiles import load_profile
 
 
-def parsed(argv: list[str]) -> argparse.Namespace:
-    from vllm.benchmarks.throughput import add_cli_args, validate_args
-    from vllm.utils.argparse_utils import FlexibleArgumentParser
+PARSE = """
+import json, sys
+from vllm.benchmarks.throughput import add_cli_args, validate_args
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+parser = FlexibleArgumentParser()
+add_cli_args(parser)
+args = parser.parse_args(sys.argv[1:])
+validate_args(args)  # what `vllm bench throughput` checks before it starts the engine
+keys = ("model", "tokenizer", "dtype", "max_model_len", "max_num_seqs", "seed", "enforce_eager", "backend", "dataset_name",
+        "num_prompts", "random_input_len", "random_output_len", "output_json")
+print(json.dumps({key: getattr(args, key) for key in keys}))
+"""
 
-    parser = FlexibleArgumentParser()
-    add_cli_args(parser)
-    args = parser.parse_args(argv)
-    validate_args(args)  # what `vllm bench throughput` checks before it starts the engine
-    return args
+
+def parsed(argv: list[str]) -> argparse.Namespace:
+    """``argv`` read by vLLM's own parser, in a fresh interpreter as the command would be (importing
+    vLLM's benchmarks pulls in setuptools, whose distutils shim refuses a process that already
+    imported the standard library's distutils)."""
+    proc = subprocess.run([sys.executable, "-c", PARSE, *argv], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return argparse.Namespace(**json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
 def test_the_command_is_vllms_benchmark_with_the_engine_settings_and_the_served_runs_lengths(tmp_path, build_root):
