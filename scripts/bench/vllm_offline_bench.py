@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench.vllm_cli import require_vllm
-from scripts.bench.vllm_server import OWNER_GONE_GRACE_S, serve_flags
-from scripts.engine.config import vllm_engine_kwargs, vllm_environment
+from scripts.bench.vllm_server import OWNER_GONE_GRACE_S, engine_environment, serve_flags
+from scripts.engine.config import vllm_engine_kwargs
 from scripts.paths import REPO_ROOT
-from scripts.triton.process_guard import live_group_members, shm_files_of, start_detached_guard, stop_group
+from scripts.triton.process_guard import live_group_members, shm_files_of, start_guarded, stop_group
 
 LABEL = "vLLM offline (vllm bench throughput)"
 _SUMMARY = re.compile(r"Throughput: ([\d.]+) requests/s, ([\d.]+) total tokens/s, ([\d.]+) output tokens/s")
@@ -70,12 +70,9 @@ def run_offline(config: dict[str, Any], result_dir: Path, *, num_prompts: int, i
     result_json.unlink(missing_ok=True)
     cmd = throughput_command(config, num_prompts=num_prompts, input_len=input_len, output_len=output_len, seed=seed,
                              output_json=result_json)
-    env = dict(os.environ) | vllm_environment(config) | {"PYTHONUNBUFFERED": "1"}
-    env.setdefault("LC_ALL", "C.UTF-8")
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, process_group=0)
+        proc = start_guarded(cmd, log, env=engine_environment(config), cwd=REPO_ROOT, grace_s=OWNER_GONE_GRACE_S)
         try:
-            start_detached_guard(proc.pid, log, OWNER_GONE_GRACE_S)
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             pass

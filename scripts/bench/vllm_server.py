@@ -34,7 +34,7 @@ from scripts.bench.vllm_cli import require_vllm
 from scripts.engine.config import engine_settings, read_engine_config, vllm_engine_kwargs, vllm_environment
 from scripts.paths import REPO_ROOT, build_dir
 from scripts.profiles import Profile, load_profile
-from scripts.triton.process_guard import live_group_members, shm_files_of, start_detached_guard, stop_group
+from scripts.triton.process_guard import live_group_members, shm_files_of, start_guarded, stop_group
 from scripts.triton.server import free_port
 
 #: Seconds the guard gives the group between SIGTERM and SIGKILL once its owner is dead.
@@ -57,6 +57,16 @@ def serve_flags(kwargs: dict[str, Any]) -> list[str]:
         else:
             args += [flag, str(value)]
     return args
+
+
+def engine_environment(config: dict[str, Any], base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a vLLM command for the engine ``config`` (``vllm_environment``: the KV-cache
+    size, offline hub ...), on top of ``base`` (this process's environment by default)."""
+    env = dict(os.environ if base is None else base)
+    env.update(vllm_environment(config))
+    env.setdefault("LC_ALL", "C.UTF-8")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 def vllm_log_path(port: int) -> Path:
@@ -94,11 +104,7 @@ class VllmServer:
                 *self.extra_args]
 
     def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
-        env = dict(os.environ if base is None else base)
-        env.update(vllm_environment(self.config))
-        env.setdefault("LC_ALL", "C.UTF-8")
-        env["PYTHONUNBUFFERED"] = "1"
-        return env
+        return engine_environment(self.config, base)
 
     # -- handle ---------------------------------------------------------------------------------------
     @property
@@ -115,14 +121,8 @@ class VllmServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=self.environment(),
-                                            cwd=REPO_ROOT, process_group=0)
-            atexit.register(self.stop)  # a script that dies before its teardown still stops the server
-            try:
-                start_detached_guard(self.process.pid, log, OWNER_GONE_GRACE_S)
-            except BaseException:
-                self.stop()
-                raise
+            self.process = start_guarded(self.argv(), log, env=self.environment(), cwd=REPO_ROOT, grace_s=OWNER_GONE_GRACE_S)
+        atexit.register(self.stop)  # a script that dies before its teardown still stops the server
         try:
             self.wait_ready(timeout_s, start)
         except BaseException:

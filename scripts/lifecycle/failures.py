@@ -19,6 +19,7 @@ half-copied     a version folder that appears before its files,  lint, if run be
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -85,8 +86,6 @@ def private_copy(model_dir: Path, repo: Path, name: str) -> Path:
     the model folder owner-only (:func:`make_private`), each checkpoint's weights with the mode
     ``save_pretrained`` gives ``model.safetensors`` here (0600; the tokenizer files beside it get
     0644). Earlier runs or a reader's ``chmod`` of the originals change nothing."""
-    import json  # noqa: PLC0415
-
     folder = copy_model(model_dir, repo, name)
     for model_json in sorted(folder.glob("*/model.json")):
         arguments = json.loads(model_json.read_text())
@@ -117,8 +116,6 @@ def make_readable(folder: Path) -> None:
 
 def served_paths(model_folder: Path) -> list[Path]:
     """Everything a server reads for one model: its folder, and the checkpoints its versions' ``model.json`` name."""
-    import json  # noqa: PLC0415
-
     paths = [model_folder]
     for model_json in sorted(model_folder.glob("*/model.json")):
         arguments = json.loads(model_json.read_text())
@@ -135,7 +132,8 @@ def unreadable_for(user: str, paths: list[Path]) -> list[Path]:
     found = []
     for top in paths:
         for path in [top, *sorted(top.rglob("*"))] if top.is_dir() else [top]:
-            mode, st = path.stat().st_mode, path.stat()
+            st = path.stat()
+            mode = st.st_mode
             bits = (stat.S_IRUSR | stat.S_IXUSR, stat.S_IRGRP | stat.S_IXGRP, stat.S_IROTH | stat.S_IXOTH)
             who = 0 if st.st_uid == entry.pw_uid else 1 if st.st_gid == entry.pw_gid else 2
             need = bits[who] if path.is_dir() else bits[who] & (stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)

@@ -35,6 +35,10 @@ from starlette.responses import JSONResponse
 
 from scripts.lifecycle.versions import generate_body, generate_route
 
+#: The router's defaults, for a user_config that leaves them out (Release sends both)
+BREAKER_ERRORS = 3
+REQUEST_TIMEOUT_S = 60.0
+
 
 def validate_weights(weights: Any, colors: list[str] | tuple[str, ...]) -> dict[str, int]:
     """Traffic weights as whole numbers per color; ``ValueError`` says what to fix."""
@@ -102,7 +106,7 @@ class Router:
     def __init__(self, backends: dict):
         self.backends = backends
         self.weights = self.effective = {c: 0 for c in backends}
-        self.rng, self.breaker_errors, self.timeout_s = random.Random(0), 3, 60.0
+        self.rng, self.breaker_errors, self.timeout_s = random.Random(0), BREAKER_ERRORS, REQUEST_TIMEOUT_S
         self.errors = {c: 0 for c in backends}
         self.replica = serve.get_replica_context().replica_id.unique_id
 
@@ -111,8 +115,8 @@ class Router:
         self.effective = dict(self.weights)
         self.errors = {c: 0 for c in self.backends}
         self.rng = random.Random(config.get("seed", 0))
-        self.breaker_errors = int(config.get("breaker_errors", 3))
-        timeout_s = config.get("request_timeout_s", 60.0)
+        self.breaker_errors = int(config.get("breaker_errors", BREAKER_ERRORS))
+        timeout_s = config.get("request_timeout_s", REQUEST_TIMEOUT_S)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
             raise ValueError(f"request_timeout_s is {timeout_s!r}: give the seconds a backend may take, > 0")
         self.timeout_s = float(timeout_s)
@@ -179,8 +183,8 @@ class Release:
     dashboard_url: str
     http_options: dict = field(default_factory=dict)
     seed: int = 0
-    breaker_errors: int = 3
-    request_timeout_s: float = 60.0
+    breaker_errors: int = BREAKER_ERRORS
+    request_timeout_s: float = REQUEST_TIMEOUT_S
 
     def config(self, versions: dict[str, int], weights: dict[str, int]) -> dict:
         """The Serve config of one step: what ``serve deploy`` and KubeRay's ``serveConfigV2`` carry."""

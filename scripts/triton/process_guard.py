@@ -169,6 +169,20 @@ def start_detached_guard(group: int, log, grace_s: float, shm_prefix: str | None
         raise RuntimeError(f"the process guard of group {group} did not start (status {starter.returncode})")
 
 
+def start_guarded(argv: list[str], log, *, env: dict[str, str], cwd: Path, grace_s: float) -> subprocess.Popen:
+    """Start ``argv`` in a process group of its own, its output to ``log``, with the detached guard
+    inside the group: whatever the command spawns goes when this process dies, even by SIGKILL. If
+    the guard does not start, the group is killed and the error raised."""
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd, process_group=0)
+    try:
+        start_detached_guard(process.pid, log, grace_s)
+    except BaseException:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+    return process
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--owner", type=int, required=True)

@@ -168,3 +168,19 @@ def test_still_running_waits_for_an_exiting_process():
         assert child.wait(10) == 0
     finally:
         child.kill()
+
+
+def test_start_guarded_puts_the_command_and_its_guard_in_a_group_of_their_own(tmp_path):
+    live_group_members, stop_group = pg.live_group_members, pg.stop_group
+    with open(tmp_path / "log", "wb") as log:
+        process = pg.start_guarded(["sleep", "30"], log, env=dict(os.environ), cwd=tmp_path, grace_s=1)
+    try:
+        assert os.getpgid(process.pid) == process.pid != os.getpgid(0)
+        deadline = time.monotonic() + 10
+        while len(live_group_members(process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert process.pid in live_group_members(process.pid) and len(live_group_members(process.pid)) == 2  # + the guard
+    finally:
+        stop_group(process.pid, 2)
+        process.wait()
+    assert live_group_members(process.pid) == []
