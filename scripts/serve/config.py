@@ -62,7 +62,9 @@ def deployment_options(profile: Profile) -> dict[str, Any]:
         },
         "ray_actor_options": {"num_cpus": profile["serve_num_cpus_per_replica"],
                               "num_gpus": profile["num_gpus_per_replica"]},
-        "health_check_period_s": 10,
+        # Serve replaces a replica after 3 failed checks in a row (REPLICA_HEALTH_CHECK_UNHEALTHY_THRESHOLD,
+        # ray/serve/_private/constants.py at 2.60): the period sets how long a dead Triton goes unnoticed.
+        "health_check_period_s": profile["serve_health_check_period_s"],
         "health_check_timeout_s": 30,
         # Serve kills a replica that takes longer to stop: leave room for Triton's exit timeout and
         # the launcher's grace periods, so the replica's __del__ stops every process of its Triton.

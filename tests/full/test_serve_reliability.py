@@ -128,7 +128,7 @@ def run_failure(app, cause, label: str, gone_within_s: float) -> None:
 
 
 def test_triton_killed_under_load_is_replaced_and_no_request_is_lost(app):
-    # The replica's next health check (every 10 s) finds Triton dead and stops the rest of its group.
+    # The replica's next health check (every serve_health_check_period_s) finds Triton dead and stops the rest of its group.
     run_failure(app, lambda victim: os.kill(victim["pid"], signal.SIGKILL), "Triton killed (SIGKILL to tritonserver)",
                 gone_within_s=25)
 
