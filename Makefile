@@ -25,9 +25,9 @@ bench: env
 
 # The unit tests and every notebook under nbval (outputs compared with the committed ones after
 # sanitising; notebooks 07 and 08 at their SMOKE setting), then the values the check cells recorded.
-# They run in two lanes side by side (make -j2): most of the time is process start-up (a vLLM engine
-# imports vLLM in three processes in turn) with one core busy, so on two cores a second lane nearly
-# halves the wait. The lanes share only the CPUs: servers take free ports of 127.0.0.1, each
+# They run in two lanes side by side (make -j2): alone, each part leaves a core idle for long
+# stretches (a vLLM engine's start imports vLLM in three processes in turn, one core busy), and
+# side by side they keep both cores busy (on two cores: about 16 minutes instead of 21). The lanes share only the CPUs: servers take free ports of 127.0.0.1, each
 # notebook starts a Ray cluster of its own, and the unit tests build in temporary folders.
 #   notebooks lane: 00 01 (model, engine settings), then 02-07 in order (each reads what the ones
 #                   before it built; 05 and 07 fill and serve the same Serve repository)
