@@ -146,20 +146,27 @@ def transformers_on_cpu(build):
     return Profile(name="gpu-transformers", settings=settings, root=build)
 
 
+def install_model(trained, profile):
+    """Copy the session's tiny Llama (conftest ``tiny_llama``) to the profile's model folder: what
+    ``prepare_model`` makes there for an ``embedded`` model, without training it again."""
+    import shutil  # noqa: PLC0415
+
+    return shutil.copytree(trained, profile.path("model_dir"), dirs_exist_ok=True)
+
+
 @contextlib.contextmanager
-def transformers_engine_on_cpu(build):
+def transformers_engine_on_cpu(build, trained):
     """``TUTORIAL_BUILD_DIR`` at ``build`` (for a module's tests), the tiny Llama made there and its
     transformers engine config written: yields the profile and the engine directory."""
     import pytest
 
     from scripts.engine.config import write_engine_config
-    from scripts.model.checkpoint import prepare_model
     from scripts.paths import BUILD_DIR_ENV
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(BUILD_DIR_ENV, str(build))
         profile = transformers_on_cpu(build)
-        prepare_model(profile)
+        install_model(trained, profile)
         yield profile, write_engine_config(profile).parent
 
 

@@ -18,8 +18,8 @@ TINY_SHAPE = SimpleNamespace(num_hidden_layers=2, num_key_value_heads=2, num_att
 
 
 @pytest.fixture(scope="module")
-def tiny_engine_dir(tmp_path_factory):
-    with transformers_engine_on_cpu(tmp_path_factory.mktemp("build")) as (_, engine_dir):
+def tiny_engine_dir(tmp_path_factory, tiny_llama):
+    with transformers_engine_on_cpu(tmp_path_factory.mktemp("build"), tiny_llama) as (_, engine_dir):
         yield engine_dir
 
 

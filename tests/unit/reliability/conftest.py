@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from scripts.engine.config import write_engine_config
-from scripts.model.checkpoint import prepare_model
 from scripts.paths import BUILD_DIR_ENV, REPO_ROOT
 from scripts.profiles import load_profile
 from scripts.triton.process_guard import is_running
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
+
+from fakes import install_model
 
 OWNER = Path(__file__).with_name("owner.py")
 
@@ -39,13 +40,13 @@ class OwnedTriton:
 
 
 @pytest.fixture(scope="package")
-def cpu_build(tmp_path_factory) -> Path:
+def cpu_build(tmp_path_factory, tiny_llama) -> Path:
     """A build directory with the cpu profile's tiny Llama and its engine config, made once for the folder."""
     build = tmp_path_factory.mktemp("build")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(BUILD_DIR_ENV, str(build))
         profile = load_profile("cpu")
-        prepare_model(profile)
+        install_model(tiny_llama, profile)
         write_engine_config(profile)
     return build
 

@@ -14,18 +14,19 @@ import pytest
 import requests
 
 from scripts.engine.config import write_engine_config
-from scripts.model.checkpoint import prepare_model
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 from scripts.triton.engine_request import engine_model_request, generated_ids, tritonclient_args
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 from scripts.triton.server import TritonServer
 
+from fakes import install_model
+
 PROMPT = "Ray Serve takes"
 
 
 @pytest.fixture(scope="module")
-def servers(tmp_path_factory):
+def servers(tmp_path_factory, tiny_llama):
     """Both repositories served at once: a start is mostly single-threaded imports (the stubs and
     vLLM's processes), so two starts side by side take little longer than one."""
     build = tmp_path_factory.mktemp("build")
@@ -34,7 +35,7 @@ def servers(tmp_path_factory):
     started = {}
     try:
         profile = load_profile("cpu")
-        prepare_model(profile)
+        install_model(tiny_llama, profile)
         write_engine_config(profile)
         for decoupled in (True, False):
             repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=decoupled),

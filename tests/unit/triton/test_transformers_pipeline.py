@@ -18,9 +18,9 @@ PROMPTS = ["Ray Serve takes", "The tokenizer turns"]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, tiny_llama):
     build = tmp_path_factory.mktemp("build")
-    with transformers_engine_on_cpu(build) as (profile, engine_dir):
+    with transformers_engine_on_cpu(build, tiny_llama) as (profile, engine_dir):
         reference = build / "ref.json"
         proc = run.run_cli(run.cli_command(engine_dir, PROMPTS, 16, output_json=reference), timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
