@@ -1,4 +1,4 @@
-"""`make test` runs in lanes side by side (Makefile): every notebook runs in exactly one lane,
+"""`make test` runs in two lanes side by side (Makefile): every notebook runs in exactly one lane,
 after the notebooks it reads, and the unit tests run too."""
 import re
 import subprocess
@@ -9,7 +9,7 @@ from scripts.paths import REPO_ROOT
 
 def dry_run() -> list[str]:
     """The lanes' commands in an order make may run them (make -n prints each recipe line, dependencies first)."""
-    out = subprocess.run(["make", "-n", "--no-print-directory", "-j1", "lane-notebooks", "lane-unit", "lane-side"], cwd=REPO_ROOT,
+    out = subprocess.run(["make", "-n", "--no-print-directory", "-j1", "lane-notebooks", "lane-side"], cwd=REPO_ROOT,
                          capture_output=True, text=True, check=True).stdout
     return [line for line in out.splitlines() if "pytest" in line]
 
