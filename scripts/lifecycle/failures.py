@@ -142,9 +142,17 @@ def unreadable_for(user: str, paths: list[Path]) -> list[Path]:
     return found
 
 
+#: What varies from run to run at the start of a log line: Triton's glog prefix (severity, date, time,
+#: thread id: ``E1204 16:28:25.841686 26217 ``), terminal colours and the PID in vLLM's ``(Worker pid=N)``.
+_RUN_PREFIX = re.compile(r"^[IWE]\d{4} \d{2}:\d{2}:\d{2}\.\d+ +\d+ |\x1b\[[0-9;]*m")
+_PID = re.compile(r"\((\w+) pid=\d+\)")
+
+
 def error_lines(log: str, pattern: str = r"(?i)error|failed|denied") -> list[str]:
-    """The lines of a Triton log (or start error) that say what failed, without Triton's tables."""
-    return [line.strip() for line in log.splitlines() if re.search(pattern, line) and not line.startswith("|")]
+    """The lines of a Triton log (or start error) that say what failed, without Triton's tables and
+    without what differs between runs at their start (so a line cut to a width reads the same)."""
+    return [_PID.sub(r"(\1)", _RUN_PREFIX.sub("", line)).strip() for line in log.splitlines()
+            if re.search(pattern, line) and not line.startswith("|")]
 
 
 @dataclass

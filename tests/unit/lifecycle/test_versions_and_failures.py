@@ -125,6 +125,17 @@ def test_triton_messages_lose_the_traceback_and_logs_keep_the_error_lines():
     assert failures.error_lines(log) == ["E1 failed to open directory /r/lm"]
 
 
+def test_error_lines_read_the_same_whatever_the_pid_and_time():
+    """A line cut to a width must not depend on the digits of a thread id or PID (nbval compares it)."""
+    lines = ["E1204 16:28:25.841686 26217 model_lifecycle.cc:642] \"failed to load 'lm' version 2\"",
+             "E1204 09:01:02.000001 1234567 model_lifecycle.cc:642] \"failed to load 'lm' version 2\"",
+             "\x1b[0;36m(Worker pid=19976)\x1b[0;0m \x1b[1;31mERROR\x1b[0m 12-04 19:28:48 FileNotFoundError: No such file",
+             "\x1b[0;36m(Worker pid=7)\x1b[0;0m \x1b[1;31mERROR\x1b[0m 12-04 19:28:48 FileNotFoundError: No such file"]
+    got = failures.error_lines("\n".join(lines))
+    assert got[0] == got[1] == "model_lifecycle.cc:642] \"failed to load 'lm' version 2\""
+    assert got[2] == got[3] == "(Worker) ERROR 12-04 19:28:48 FileNotFoundError: No such file"
+
+
 class _Versions:
     """A polled server as watch_versions sees it: version 2 fails once, then loads."""
 
