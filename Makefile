@@ -27,8 +27,9 @@ bench: env
 # sanitising; notebooks 07 and 08 at their SMOKE setting), then the values the check cells recorded.
 # They run in two lanes side by side (make -j2): alone, each part leaves a core idle for long
 # stretches (a vLLM engine's start imports vLLM in three processes in turn, one core busy), and
-# side by side they keep both cores busy (on two cores: about 16 minutes instead of 21). The lanes share only the CPUs: servers take free ports of 127.0.0.1, each
-# notebook starts a Ray cluster of its own, and the unit tests build in temporary folders.
+# side by side they keep both cores busy (on two cores: about 16 minutes instead of 21). The lanes
+# share only the CPUs: servers take free ports of 127.0.0.1, each notebook starts a Ray cluster of
+# its own, and the unit tests build in temporary folders.
 #   notebooks lane: 00 01 (model, engine settings), then 02-07 in order (each reads what the ones
 #                   before it built; 05 and 07 fill and serve the same Serve repository)
 #   side lane:      the unit tests, then notebook 08 once 00 and 01 are done

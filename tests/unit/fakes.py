@@ -156,8 +156,8 @@ def install_model(trained, profile):
 
 @contextlib.contextmanager
 def transformers_engine_on_cpu(build, trained):
-    """``TUTORIAL_BUILD_DIR`` at ``build`` (for a module's tests), the tiny Llama made there and its
-    transformers engine config written: yields the profile and the engine directory."""
+    """``TUTORIAL_BUILD_DIR`` at ``build`` (for a module's tests), the session's tiny Llama (``trained``)
+    copied there and its transformers engine config written: yields the profile and the engine directory."""
     import pytest
 
     from scripts.engine.config import write_engine_config
