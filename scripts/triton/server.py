@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import uuid
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -181,6 +182,9 @@ class ServerCommand:
 class TritonServer:
     """One tritonserver process group: started on free ports, polled until ready, stopped by handle."""
 
+    #: Every server made in this process (weakly held): a test harness asks them which crashed.
+    started: "weakref.WeakSet[TritonServer]" = weakref.WeakSet()
+
     def __init__(self, model_repo: str | Path, *, backend_dir: Path | None | str = "auto", exit_timeout_s: int = 5,
                  world_size: int = 1, log_path: Path | None = None, extra_args: tuple[str, ...] = (),
                  run_as: str | None = None):
@@ -196,6 +200,8 @@ class TritonServer:
                                      extra_args=extra_args, run_as=run_as, home=unprivileged_home(run_as))
         self.log_path = log_path or triton_log_path(self.command.http_port)
         self.process: subprocess.Popen | None = None
+        self.stopped = False  # stop() was called: an exit after it is no crash
+        TritonServer.started.add(self)
 
     @property
     def http_url(self) -> str:
@@ -229,12 +235,17 @@ class TritonServer:
                 if attempt == retries or not crashed or "\nerror: creating server: " in str(exc):
                     raise
                 print(f"tritonserver crashed during start-up, starting it again:\n{exc}", file=sys.stderr, flush=True)
-                self.command.http_port, self.command.grpc_port, self.command.metrics_port = free_port(), free_port(), free_port()
-                self.log_path = self.log_path.with_name(f"tritonserver-{self.command.http_port}.log")
-                self.process = None
+                self._renew()
         raise AssertionError("unreachable")
 
+    def _renew(self) -> None:
+        """New ports and a new log for the next start (the old ones may still be held, or be read)."""
+        self.command.http_port, self.command.grpc_port, self.command.metrics_port = free_port(), free_port(), free_port()
+        self.log_path = self.log_path.with_name(f"tritonserver-{self.command.http_port}.log")
+        self.process = None
+
     def _start_once(self, timeout_s: float) -> "TritonServer":
+        self.stopped = False
         binary = Path(self.command.binary)
         if not binary.is_file():  # Popen's bare FileNotFoundError would not say how to get one
             explicit = " ($TRITONSERVER names it: point it at an existing tritonserver, or unset it)" \
@@ -266,6 +277,30 @@ class TritonServer:
             self.stop()
             raise
         return self
+
+    def crashed(self) -> bool:
+        """True when tritonserver ended by a signal that its owner did not send (``stop()`` was not called)."""
+        return (self.process is not None and not self.stopped and self.process.poll() is not None
+                and self.process.returncode < 0)
+
+    def crash_report(self) -> str:
+        """How a crashed server ended: the signal, and its log's tail (Triton logs ``Signal (N) received``)."""
+        signum = -self.process.returncode
+        return (f"tritonserver (pid {self.process.pid}) ended with {signal.Signals(signum).name}; "
+                f"log {self.log_path}:\n{self.log_tail()}")
+
+    def restart_if_crashed(self, timeout_s: float = 300) -> bool:
+        """Start again after a crash, as a supervisor would (Kubernetes, or Serve's health check in
+        notebook 05): what the crashed server left is stopped first, the report goes to stderr, the
+        new server gets new ports. True when it had crashed."""
+        if not self.crashed():
+            return False
+        report = self.crash_report()
+        self.stop()
+        print(f"tritonserver crashed, starting it again:\n{report}", file=sys.stderr, flush=True)
+        self._renew()
+        self.start(timeout_s, retries=1)
+        return True
 
     def log_tail(self, lines: int = 40) -> str:
         """The log's last ``lines`` lines, Triton's tables left out: its option table alone fills half
@@ -307,6 +342,7 @@ class TritonServer:
         """SIGTERM, wait the exit timeout plus a grace period, then SIGKILL whatever is left of the group."""
         if self.process is None:
             return
+        self.stopped = True
         atexit.unregister(self.stop)
         pgid = self.process.pid
         shm_seen = shm_files_of(self.group_members())  # vLLM's buffers and semaphores, the backend's regions

@@ -17,6 +17,7 @@ arrive while others are generating join the running batch. Cancelled requests ar
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import locale
 import os
@@ -41,10 +42,12 @@ def invalid(message: str):
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(message, pb_utils.TritonError.INVALID_ARG))
 
 
-def scheduler_gauges(waiting, kv_cache):
+def scheduler_gauges(gauges: dict):
     """A vLLM stat logger factory (``AsyncLLM.from_engine_args(stat_loggers=...)``, vllm 0.32
     ``vllm/v1/metrics/loggers.py``, ``StatLoggerBase``) that copies each step's scheduler stats
-    (``vllm/v1/metrics/stats.py``, ``SchedulerStats``) into two of Triton's custom gauges."""
+    (``vllm/v1/metrics/stats.py``, ``SchedulerStats``) into two of Triton's custom gauges,
+    ``gauges["waiting"]`` and ``gauges["kv_cache"]``: looked up at each step, so that emptying the
+    dict lets the gauges go while the engine (and its loggers) may still be referenced."""
     from vllm.v1.metrics.loggers import StatLoggerBase
 
     class SchedulerGauges(StatLoggerBase):
@@ -52,9 +55,9 @@ def scheduler_gauges(waiting, kv_cache):
             pass
 
         def record(self, scheduler_stats, iteration_stats, mm_cache_stats=None, engine_idx=0):
-            if scheduler_stats is not None:
-                waiting.set(scheduler_stats.num_waiting_reqs)
-                kv_cache.set(scheduler_stats.kv_cache_usage)
+            if scheduler_stats is not None and gauges:
+                gauges["waiting"].set(scheduler_stats.num_waiting_reqs)
+                gauges["kv_cache"].set(scheduler_stats.kv_cache_usage)
 
         def log_engine_initialized(self):
             pass
@@ -121,8 +124,10 @@ class TritonPythonModel:
             pb_utils.MetricFamily(name="tutorial_engine_kv_cache_usage", kind=gauge,
                                   description="fraction of the KV cache blocks in use (vLLM's scheduler, 0 to 1)")]
         self.running, self.cancelled, waiting, kv_cache = (family.Metric(labels=labels) for family in self.metric_families)
+        self.gauges = {"waiting": waiting, "kv_cache": kv_cache}
+        del waiting, kv_cache
         self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs),
-                                                    scheduler_gauges(waiting, kv_cache))).result()
+                                                    scheduler_gauges(self.gauges))).result()
         self.active: set[str] = set()
 
     async def _make_engine(self, cls, engine_args, stat_logger):
@@ -228,3 +233,16 @@ class TritonPythonModel:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=10)
+            self._release_metrics()
+
+    def _release_metrics(self):
+        """Let go of the custom metrics while the stub can still tell the server. One that lives
+        until the interpreter exits is cleared after the stub's shared memory is gone, and the
+        stub dies with SIGSEGV at every unload and shutdown (``Metric::Clear`` in
+        ``~MetricFamily``; triton-inference-server/server#8662, still open). The engine's stat
+        logger reads its two gauges from ``self.gauges``; what else the stopped loop still
+        references is collected."""
+        self.gauges.clear()
+        self.engine = self.running = self.cancelled = None
+        self.metric_families.clear()
+        gc.collect()

@@ -18,7 +18,7 @@ PROMPTS = ["Ray Serve takes", "The tokenizer turns"]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, tiny_llama):
+def started(tmp_path_factory, tiny_llama):
     build = tmp_path_factory.mktemp("build")
     with transformers_engine_on_cpu(build, tiny_llama) as (profile, engine_dir):
         reference = build / "ref.json"
@@ -29,6 +29,13 @@ def served(tmp_path_factory, tiny_llama):
         server = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble"))
         with server.start(timeout_s=300, retries=1):
             yield server, json.loads(reference.read_text())
+
+
+@pytest.fixture
+def served(started):
+    """The module's server, started again if it crashed since the last test (reported on stderr)."""
+    started[0].restart_if_crashed(timeout_s=300)
+    return started
 
 
 def generate(server, **body) -> requests.Response:

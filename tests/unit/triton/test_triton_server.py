@@ -265,3 +265,21 @@ def test_log_tail_leaves_out_triton_tables(build_root, tmp_path):
                                           *table, "error: creating server: Internal - failed to load all models"]))
     assert server.log_tail().splitlines() == ["E1203 model_repository_manager.cc] \"Poll failed for model directory 'm'\"",
                                               "error: creating server: Internal - failed to load all models"]
+
+
+def test_a_crashed_server_is_reported_and_restarted_on_new_ports(build_root, tmp_path, capsys):
+    (tmp_path / "repo").mkdir()
+    server = ts.TritonServer(tmp_path / "repo", exit_timeout_s=1)
+    assert server in ts.TritonServer.started and not server.crashed()  # not started: nothing crashed
+    with server.start(timeout_s=60):
+        first = server.pid, server.http_url
+        assert not server.crashed() and server.restart_if_crashed() is False
+        os.kill(server.pid, signal.SIGSEGV)  # what a crash in the server looks like to its owner
+        server.process.wait(timeout=30)
+        assert server.crashed()
+        assert server.crash_report().startswith(f"tritonserver (pid {first[0]}) ended with SIGSEGV; log ")
+        assert server.restart_if_crashed(timeout_s=60) is True
+        assert (server.pid, server.http_url) != first and server.is_ready() and not server.crashed()
+        assert "tritonserver crashed, starting it again" in capsys.readouterr().err
+        assert ts.live_group_members(first[0]) == []  # nothing of the crashed server is left
+    assert not server.crashed()  # stopped by its owner: SIGTERM is no crash
