@@ -33,6 +33,7 @@ from pathlib import Path
 import requests
 
 from scripts import envcheck
+from scripts.triton import crashes
 from scripts.triton.process_guard import live_group_members, shm_files_of, shm_segments, stop_group
 from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
 
@@ -306,10 +307,9 @@ class TritonServer:
         """The log's last ``lines`` lines, Triton's tables left out: its option table alone fills half
         of a tail, and pushed the error lines above it (a config that does not parse) out of it."""
         try:
-            text = self.log_path.read_text(errors="replace").splitlines()
+            return crashes.log_tail(self.log_path, lines)
         except FileNotFoundError:
             return "(no log)"
-        return "\n".join([line for line in text if not line.startswith(("+-", "| "))][-lines:])
 
     def is_ready(self) -> bool:
         try:

@@ -21,20 +21,3 @@ def tiny_llama(tmp_path_factory) -> Path:
     make_tiny_llama(out, TinyLlamaSpec())
     return out
 
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """A failed test's report names every tritonserver of this session that crashed (its signal and
-    log tail), once each: a crash shows up in a test as "connection refused", which says nothing."""
-    outcome = yield
-    report = outcome.get_result()
-    server_module = sys.modules.get("scripts.triton.server")
-    if not report.failed or server_module is None:
-        return
-    for server in list(server_module.TritonServer.started):
-        if server.crashed() and id(server.process) not in _REPORTED_CRASHES:
-            _REPORTED_CRASHES.add(id(server.process))
-            report.sections.append(("tritonserver crashed", server.crash_report()))
-
-
-_REPORTED_CRASHES: set[int] = set()
