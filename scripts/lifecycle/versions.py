@@ -159,9 +159,13 @@ class Triton:
     def ask(self, prompt: str, name: str = MODEL, version: int | None = None, max_tokens: int = 12) -> "Answer":
         """Greedy text from ``generate``; ``version`` None lets Triton pick (its highest ready version)."""
         r = requests.post(self.url + generate_route(name, version), json=generate_body(prompt, max_tokens), timeout=self.timeout_s)
+        if not r.ok:  # Triton answers {"error": ...}; anything in front of it may answer a page that is no JSON
+            try:
+                body = r.json()
+            except ValueError:
+                body = None
+            return Answer(r.status_code, None, "", body.get("error", r.text) if isinstance(body, dict) else r.text)
         data = r.json()
-        if not r.ok:
-            return Answer(r.status_code, None, "", data.get("error", r.text))
         return Answer(r.status_code, int(data["model_version"]), data["text_output"], "")
 
 

@@ -172,8 +172,9 @@ def transformers_engine_on_cpu(build, trained):
 
 @contextlib.contextmanager
 def json_http_server(answer) -> Iterator[tuple[str, list]]:
-    """A loopback HTTP server whose POSTs ``answer(path, body) -> (status, dict)`` answers as JSON;
-    yields its URL and the ``(path, body)`` of every POST it got."""
+    """A loopback HTTP server whose POSTs ``answer(path, body) -> (status, dict)`` answers as JSON
+    (``bytes`` instead of the dict: sent as they are, an HTML page); yields its URL and the
+    ``(path, body)`` of every POST it got."""
     import json  # noqa: PLC0415
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415
 
@@ -185,9 +186,9 @@ def json_http_server(answer) -> Iterator[tuple[str, list]]:
             body = json.loads(raw) if raw else {}
             seen.append((self.path, body))
             status, reply = answer(self.path, body)
-            data = json.dumps(reply).encode()
+            data = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", "text/html" if isinstance(reply, bytes) else "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)

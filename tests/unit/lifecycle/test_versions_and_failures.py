@@ -13,7 +13,7 @@ import pytest
 
 from scripts.engine.config import write_engine_config
 from scripts.lifecycle import failures
-from scripts.lifecycle.versions import (MODEL, Triton, file_config, fill_versioned_model, generate_route,
+from scripts.lifecycle.versions import (MODEL, Answer, Triton, file_config, fill_versioned_model, generate_route,
                                         require_text_model, version_policy, with_policy)
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
@@ -196,6 +196,8 @@ def test_the_vllm_backend_gives_a_text_model_max_batch_size_0_and_refuses_more(m
 def _triton_answer(path, body):
     if path.endswith("/load") and "bad" in path:
         return 400, {"error": "failed to load 'bad'"}
+    if "/models/gone/" in path:
+        return 502, b"<html><body>Bad Gateway</body></html>"  # a proxy's page: no JSON
     return 200, ({"model_version": "2", "text_output": "hi"} if path.endswith("/generate") else {})
 
 
@@ -210,6 +212,7 @@ def test_the_http_client_builds_versioned_routes():
         refused = triton.load("bad")
         assert (refused.ok, refused.status, refused.error) == (False, 400, "failed to load 'bad'")
         assert generate_route("lm", None, "ready") == "/v2/models/lm/ready"
+        assert triton.ask("p", name="gone") == Answer(502, None, "", "<html><body>Bad Gateway</body></html>")
 
 
 def test_a_private_copy_has_its_own_checkpoints_with_owner_only_weights(versioned, tmp_path):
