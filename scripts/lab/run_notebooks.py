@@ -20,6 +20,9 @@ from pathlib import Path
 from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, executed_dir
 
 DEFAULT_PROFILE = "cpu"
+#: The kernel talks to papermill over Unix sockets (IPC) rather than loopback TCP: no ports, and
+#: no "Kernel is running over TCP without encryption" warning (ipykernel 7) in every notebook's output.
+KERNEL_CONFIG = {"KernelManager": {"transport": "ipc"}}
 
 
 def notebook_paths(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None) -> list[Path]:
@@ -60,12 +63,13 @@ def execute(path: Path, output: Path, profile: str, progress: bool = True, param
     """Run one notebook top to bottom; papermill's bar counts its cells as they run (on stderr).
     ``parameters`` replace values of the notebook's ``parameters`` cell (``PROFILE`` comes from ``profile``)."""
     import papermill as pm
+    from traitlets.config import Config  # noqa: PLC0415
 
     parameters = dict(parameters or {}) | ({} if profile == DEFAULT_PROFILE else {"PROFILE": profile})
     start = time.monotonic()
     pm.execute_notebook(str(path), str(output), parameters=parameters, cwd=str(path.parent),
                         kernel_name="python3", language="python", progress_bar=progress and {"desc": path.stem[:2], "unit": "cell"},
-                        log_output=False)
+                        log_output=False, config=Config(KERNEL_CONFIG))
     return time.monotonic() - start
 
 

@@ -1,0 +1,19 @@
+"""make run's executor: a notebook runs top to bottom in a kernel reached over IPC, not TCP."""
+import json
+
+import nbformat
+
+from scripts.lab import run_notebooks
+
+
+def test_a_notebook_runs_in_a_kernel_over_ipc_with_its_parameters(tmp_path, capfd):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("PROFILE = 'cpu'\nN = 1", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("import json\nfrom ipykernel import get_connection_info\n"
+                                          "print(json.loads(get_connection_info())['transport'], N)")]
+    source, executed = tmp_path / "00_check.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, source)
+    assert run_notebooks.execute(source, executed, "cpu", progress=False, parameters={"N": 7}) > 0
+    outputs = nbformat.read(executed, as_version=4).cells[-1].outputs
+    assert outputs[0]["text"] == "ipc 7\n", outputs
+    assert "without encryption" not in capfd.readouterr().err
