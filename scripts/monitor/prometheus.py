@@ -42,7 +42,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,8 +54,7 @@ import requests
 import yaml
 
 from scripts.envcheck import MissingComponent
-from scripts.paths import REPO_ROOT
-from scripts.triton.process_guard import live_group_members, stop_group
+from scripts.triton.process_guard import live_group_members, start_detached_guard, stop_group
 from scripts.triton.server import free_port
 
 INSTALL_COMMAND = "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus"
@@ -248,11 +246,10 @@ class PrometheusServer:
                                             stdin=subprocess.DEVNULL, process_group=0, cwd=self.tmp)
             atexit.register(self.stop)
             # The process guard of the Triton launcher stops the group if this process is killed outright.
-            guard = subprocess.Popen([sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()),
-                                      "--group", str(self.process.pid), "--grace", "2", "--detach"],
-                                     stdout=log, stderr=subprocess.STDOUT, process_group=self.process.pid, cwd=REPO_ROOT)
-            if guard.wait(timeout=30) != 0:
-                raise PrometheusError(f"the process guard did not start (status {guard.returncode})")
+            try:
+                start_detached_guard(self.process.pid, log, grace_s=2)
+            except RuntimeError as exc:
+                raise PrometheusError(str(exc)) from None
             self.wait_ready(timeout_s)
         except BaseException:
             self.stop()
