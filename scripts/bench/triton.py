@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import requests
 
 from scripts.model.tiny_llama import corpus_lines
+from scripts.paths import REPO_ROOT
+from scripts.triton.process_guard import run_guarded
 
 
 def bench_prompts(n: int) -> list[str]:
@@ -47,15 +51,18 @@ def bench_triton(url: str, prompts: list[str], tokens: int, model: str = "ensemb
             "errors": [r["error"] for r in results if not r["ok"]][:3]}
 
 
-def bench_offline(engine_dir: str, prompts: list[str], tokens: int) -> dict:
+def bench_offline(engine_dir: str, prompts: list[str], tokens: int, timeout_s: float = 600) -> dict:
     """The engine offline in a child process (vLLM must be created under a __main__ guard; a child
-    also keeps a GPU engine's memory out of this process)."""
-    cmd = [sys.executable, "-m", "scripts.bench.triton", "--offline", "--engine_dir", engine_dir,
-           "--tokens", str(tokens), "--requests", str(len(prompts))]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise RuntimeError(f"offline engine run failed:\n{proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    also keeps a GPU engine's memory out of this process). The child has a process group of its own
+    with the detached guard inside: its engine processes go too if this process is killed."""
+    with tempfile.TemporaryDirectory(prefix="tutorial-offline-") as tmp:
+        result, log = Path(tmp) / "offline.json", Path(tmp) / "offline.log"
+        cmd = [sys.executable, "-m", "scripts.bench.triton", "--offline", "--engine_dir", engine_dir,
+               "--tokens", str(tokens), "--requests", str(len(prompts)), "--output", str(result)]
+        status = run_guarded(cmd, log, env=dict(os.environ), cwd=REPO_ROOT, grace_s=2, timeout_s=timeout_s)
+        if status != 0 or not result.is_file():
+            raise RuntimeError(f"offline engine run failed (status {status}):\n{log.read_text(errors='replace')[-2000:]}")
+        return json.loads(result.read_text())
 
 
 def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
@@ -107,9 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=32)
     p.add_argument("--model", default="ensemble")
     p.add_argument("--offline", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--output", type=Path, help=argparse.SUPPRESS)  # --offline: where the result goes
     args = p.parse_args(argv)
     if args.offline:
-        print(json.dumps(offline_main(args.engine_dir, args.requests, args.tokens)))
+        args.output.write_text(json.dumps(offline_main(args.engine_dir, args.requests, args.tokens)))
         return 0
     if not args.url:
         p.error("--url is required")

@@ -15,10 +15,8 @@ output-token rate, so :func:`parse_throughput` reads vLLM's own summary line::
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,7 +25,7 @@ from scripts.bench.vllm_cli import require_vllm
 from scripts.bench.vllm_server import OWNER_GONE_GRACE_S, engine_environment, serve_flags
 from scripts.engine.config import vllm_engine_kwargs
 from scripts.paths import REPO_ROOT
-from scripts.triton.process_guard import live_group_members, shm_files_of, start_guarded, stop_group
+from scripts.triton.process_guard import run_guarded
 
 LABEL = "vLLM offline (vllm bench throughput)"
 _SUMMARY = re.compile(r"Throughput: ([\d.]+) requests/s, ([\d.]+) total tokens/s, ([\d.]+) output tokens/s")
@@ -70,21 +68,11 @@ def run_offline(config: dict[str, Any], result_dir: Path, *, num_prompts: int, i
     result_json.unlink(missing_ok=True)
     cmd = throughput_command(config, num_prompts=num_prompts, input_len=input_len, output_len=output_len, seed=seed,
                              output_json=result_json)
-    with open(log_path, "wb") as log:
-        proc = start_guarded(cmd, log, env=engine_environment(config), cwd=REPO_ROOT, grace_s=OWNER_GONE_GRACE_S)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            pass
-        finally:
-            shm_seen = shm_files_of(live_group_members(proc.pid))
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            stop_group(proc.pid, 2, shm_seen=shm_seen)  # the guard and anything vLLM left in the group
+    status = run_guarded(cmd, log_path, env=engine_environment(config), cwd=REPO_ROOT, grace_s=OWNER_GONE_GRACE_S,
+                         timeout_s=timeout_s)
     printout = log_path.read_text(errors="replace")
-    if proc.returncode != 0 or not result_json.is_file():
-        why = f"ran past {timeout_s:.0f} s" if proc.returncode == -signal.SIGKILL else f"exited with status {proc.returncode}"
+    if status != 0 or not result_json.is_file():
+        why = f"ran past {timeout_s:.0f} s" if status == -signal.SIGKILL else f"exited with status {status}"
         raise RuntimeError(f"vllm bench throughput {why}; log {log_path}:\n{printout[-1500:]}")
     saved = json.loads(result_json.read_text())
     return {"label": LABEL, **parse_throughput(printout), "duration_s": saved["elapsed_time"],

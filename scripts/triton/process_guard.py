@@ -183,6 +183,26 @@ def start_guarded(argv: list[str], log, *, env: dict[str, str], cwd: Path, grace
     return process
 
 
+def run_guarded(argv: list[str], log_path: Path, *, env: dict[str, str], cwd: Path, grace_s: float,
+                timeout_s: float) -> int:
+    """Run ``argv`` to its end as :func:`start_guarded` starts it, its output to ``log_path``; past
+    ``timeout_s`` it is killed. Nothing of its group outlives the call (``/dev/shm`` files included).
+    Returns its exit status (``-SIGKILL`` when it ran past ``timeout_s``)."""
+    with open(log_path, "wb") as log:
+        proc = start_guarded(argv, log, env=env, cwd=cwd, grace_s=grace_s)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:
+            shm_seen = shm_files_of(live_group_members(proc.pid))
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            stop_group(proc.pid, 2, shm_seen=shm_seen)  # the guard, and anything the command left in the group
+    return proc.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--owner", type=int, required=True)

@@ -184,3 +184,33 @@ def test_start_guarded_puts_the_command_and_its_guard_in_a_group_of_their_own(tm
         stop_group(process.pid, 2)
         process.wait()
     assert live_group_members(process.pid) == []
+
+
+
+def test_run_guarded_returns_the_status_and_leaves_nothing_of_the_group(tmp_path):
+    # the command leaves a child behind in its group, and a /dev/shm file that the child maps
+    shm = Path("/dev/shm") / f"guardtest{os.getpid()}_run"
+    (tmp_path / "child.py").write_text(f"import mmap, time\nf = open({str(shm)!r}, 'w+b')\nf.truncate(4096)\n"
+                                       "m = mmap.mmap(f.fileno(), 4096)\nprint('mapped', flush=True)\ntime.sleep(60)\n")
+    (tmp_path / "parent.py").write_text("import subprocess, sys, time\n"
+                                        "subprocess.Popen([sys.executable, 'child.py'])\n"
+                                        "time.sleep(2)\nprint('done', flush=True)\nsys.exit(3)\n")
+    args = dict(env=dict(os.environ), cwd=tmp_path, grace_s=1)
+    start = time.monotonic()
+    assert pg.run_guarded([sys.executable, "parent.py"], tmp_path / "a.log", timeout_s=30, **args) == 3
+    assert time.monotonic() - start < 20 and not shm.exists()
+    assert (tmp_path / "a.log").read_text().split() == ["mapped", "done"]
+    assert not [pid for pid, cmdline in running_cmdlines().items() if "child.py" in cmdline]
+    start = time.monotonic()
+    assert pg.run_guarded(["sleep", "60"], tmp_path / "b.log", timeout_s=1, **args) == -signal.SIGKILL
+    assert time.monotonic() - start < 15
+
+
+def running_cmdlines() -> dict[int, str]:
+    found = {}
+    for path in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            found[int(path.parent.name)] = path.read_text(errors="ignore")
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # ended meanwhile
+    return found
