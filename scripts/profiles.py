@@ -38,6 +38,14 @@ class Profile:
     def engine(self) -> str:
         return self["engine"]
 
+    def with_settings(self, **overrides: Any) -> "Profile":
+        """The same profile with some settings replaced (notebook 07's larger model: another model
+        and engine directory, every engine setting kept)."""
+        unknown = sorted(set(overrides) - set(self.settings))
+        if unknown:
+            raise KeyError(f"profile {self.name!r} has no setting(s) {unknown} to replace (see {PROFILES_FILE})")
+        return Profile(self.name, self.settings | overrides, self.root)
+
     def path(self, key: str) -> Path:
         """A path setting: ``$<key>_env`` overrides it; relative values live under the build dir."""
         env_name = self.settings.get(f"{key}_env")

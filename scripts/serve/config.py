@@ -29,7 +29,8 @@ def serve_repo_dir(profile: Profile) -> Path:
     return triton_repo_dir(f"{profile.name}-serve")
 
 
-def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None) -> dict[str, Any]:
+def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None,
+                          output_dir: Path | None = None) -> dict[str, Any]:
     """Fill the repository the replicas load. Streaming needs the engine (and so the ensemble) to
     be decoupled: a model that is not may send only one response per request.
 
@@ -38,10 +39,11 @@ def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None
     to that long hoping to batch it with others (server ``docs/user_guide/model_configuration.md``,
     "Delayed Batching"), which buys nothing for a decoupled engine that adds every arriving request
     to its running batch at the next step, and costs each request that time before its first token
-    (notebook 07: the engine model's TTFT at concurrency 1, about 10 ms more with 10,000)."""
+    (notebook 07: the engine model's TTFT at concurrency 1, about 10 ms more with 10,000).
+    ``output_dir``: another place than :func:`serve_repo_dir` (notebook 07's larger model)."""
     settings = settings or RepoSettings(decoupled_mode=True,
                                         max_queue_delay_microseconds=profile["serve_max_queue_delay_microseconds"])
-    return fill_for_profile(profile, settings, output_dir=serve_repo_dir(profile))
+    return fill_for_profile(profile, settings, output_dir=output_dir or serve_repo_dir(profile))
 
 
 def deployment_options(profile: Profile) -> dict[str, Any]:

@@ -157,6 +157,8 @@ def test_07_every_target_measured_at_every_concurrency():
     assert all(row["failed"] == 0 and row["completed"] > 0 and row["error"] is None for row in rows)
     assert set(r["ratios"]) == {f"{label} @ {c}" for label in r["targets"] for c in r["concurrency"]}
     assert all(ratio > 0 for ratio in r["ratios"].values())
+    larger = r.get("larger") or {}  # the larger model's ratios, measured in the full sweep only
+    assert not (larger and r["smoke"]) and all(ratio > 0 for ratio in larger.values()), larger
     offline = r.get("offline")  # the engine alone, run in the full sweep only
     assert (offline is None) == r["smoke"] and (offline is None or offline["output_throughput"] > 0), offline
     if r["monitoring"]:

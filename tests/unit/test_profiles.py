@@ -45,3 +45,14 @@ def test_bind_host_defaults_to_loopback_and_refuses_a_name(monkeypatch):
     monkeypatch.setenv("TUTORIAL_BIND_HOST", "localhost")
     with pytest.raises(ValueError, match="not an IP address"):
         bind_host()
+
+
+def test_with_settings_replaces_only_what_it_is_given(build_root):
+    p = load_profile("cpu")
+    other = p.with_settings(model_dir="models/other", served_model_name="other")
+    assert other.path("model_dir") == build_root / "models" / "other" and other["served_model_name"] == "other"
+    assert {k: v for k, v in other.settings.items() if k not in ("model_dir", "served_model_name")} == \
+        {k: v for k, v in p.settings.items() if k not in ("model_dir", "served_model_name")}
+    assert p["model_dir"] == "models/tiny-llama"  # the profile itself is unchanged
+    with pytest.raises(KeyError, match="no setting"):
+        p.with_settings(model_dri="models/other")
