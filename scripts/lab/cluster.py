@@ -56,8 +56,9 @@ class LocalCluster:
 
     ``num_gpus`` declares logical GPUs (the CPU profile reproduces GPU conflicts with them); None
     lets Ray count the real ones. ``override_resources`` is what the node says it has
-    (``RAY_OVERRIDE_RESOURCES``, e.g. ``{"GPU": 3}``); ``serve_env`` are environment variables Serve's
-    controller reads when it starts (``RAY_SERVE_SLOW_STARTUP_WARNING_S``, ...).
+    (``RAY_OVERRIDE_RESOURCES``, e.g. ``{"GPU": 3}``); ``serve_env`` are environment variables the
+    cluster's processes get (Serve's controller reads ``RAY_SERVE_SLOW_STARTUP_WARNING_S`` when it
+    starts, ...); this process's environment is left as it was.
     ``include_dashboard`` starts the Ray Dashboard on a free port of 127.0.0.1 (:attr:`dashboard_url`);
     it also writes Ray's Prometheus service-discovery file (scripts/monitor/prometheus.py).
     ``metrics_export_port`` is the port of the node's metrics agent (``ray.init(_metrics_export_port=...)``,
@@ -86,24 +87,28 @@ class LocalCluster:
         if ray.is_initialized():
             raise RuntimeError("Ray is already initialised in this process: stop that cluster first (ray.shutdown())")
         quiet_ray_logging()
-        os.environ.update(self.serve_env)
-        previous = os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
-        if self.override_resources:
-            os.environ["RAY_OVERRIDE_RESOURCES"] = json.dumps(dict(self.override_resources))
+        # The node's processes (raylet, and the workers it starts: Serve's controller, proxies and
+        # replicas) take their environment from this process at ray.init; afterwards the caller's
+        # environment is what it was (this kernel needs none of it).
+        env = dict(self.serve_env) | ({"RAY_OVERRIDE_RESOURCES": json.dumps(dict(self.override_resources))}
+                                      if self.override_resources else {})
+        saved = {key: os.environ.pop(key, None) for key in [*env, "RAY_OVERRIDE_RESOURCES"]}
+        os.environ.update(env)
         try:
             dashboard = {"dashboard_host": "127.0.0.1", "dashboard_port": free_port()} if self.include_dashboard else {}
             context = ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
                                include_dashboard=self.include_dashboard, _node_ip_address="127.0.0.1",
                                logging_level=logging.ERROR, log_to_driver=False, configure_logging=True,
                                _metrics_export_port=self.metrics_export_port, **dashboard)
+            self.pids = ray_process_ids()
+            self.dashboard_url = f"http://{context.dashboard_url}" if self.include_dashboard and context.dashboard_url else None
+            self.port = free_port()
+            serve.start(http_options={"host": bind_host(), "port": self.port})
         finally:
-            os.environ.pop("RAY_OVERRIDE_RESOURCES", None)
-            if previous is not None:
-                os.environ["RAY_OVERRIDE_RESOURCES"] = previous
-        self.pids = ray_process_ids()
-        self.dashboard_url = f"http://{context.dashboard_url}" if self.include_dashboard and context.dashboard_url else None
-        self.port = free_port()
-        serve.start(http_options={"host": bind_host(), "port": self.port})
+            for key, value in saved.items():
+                os.environ.pop(key, None)
+                if value is not None:
+                    os.environ[key] = value
         quiet_ray_logging()  # serve.start configures its logger again
         return self
 

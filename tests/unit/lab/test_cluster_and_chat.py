@@ -19,6 +19,9 @@ def test_local_cluster_starts_on_loopback_and_leaves_nothing():
         assert ray.cluster_resources()["GPU"] == 2 and ray.cluster_resources()["accelerator_type:X"] == 1
         assert cluster.base_url.startswith("http://127.0.0.1:") and cluster.port > 0 and cluster.pids
         assert "RAY_OVERRIDE_RESOURCES" not in os.environ  # only the node started inside read it
+        assert "RAY_SERVE_SLOW_STARTUP_WARNING_S" not in os.environ  # the caller's environment is left as it was
+        environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in cluster.pids if is_running(pid)]
+        assert environs and all(b"RAY_SERVE_SLOW_STARTUP_WARNING_S=2" in env for env in environs)  # the node's processes have it
         with pytest.raises(RuntimeError, match="already initialised"):
             LocalCluster(num_cpus=1).start()
         assert serve.status() is not None
