@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.model.tiny_llama import quiet_transformers
+from scripts.model.tiny_llama import llama_config, quiet_transformers
 
 SPEC_FILE = "larger_llama_spec.json"
 
@@ -67,7 +67,7 @@ def make_larger_llama(output_dir: str | Path, base_dir: str | Path, spec: Larger
         return _summary(output_dir, parameter_count(spec, saved["vocab_size"]), made=False)
 
     import torch  # noqa: PLC0415 - only when a model is made
-    from transformers import AutoConfig, AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: PLC0415
+    from transformers import AutoConfig, AutoTokenizer, LlamaForCausalLM  # noqa: PLC0415
 
     quiet_transformers()  # no "Writing model shards" bar in a notebook's output
     if spec.hidden_size % spec.num_attention_heads or spec.num_attention_heads % spec.num_key_value_heads:
@@ -75,11 +75,8 @@ def make_larger_llama(output_dir: str | Path, base_dir: str | Path, spec: Larger
                          f"and those into num_key_value_heads {spec.num_key_value_heads} groups")
     base = AutoConfig.from_pretrained(base_dir)
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    config = LlamaConfig(vocab_size=base.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                         num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
-                         num_key_value_heads=spec.num_key_value_heads,
-                         max_position_embeddings=base.max_position_embeddings, bos_token_id=base.bos_token_id,
-                         eos_token_id=base.eos_token_id, pad_token_id=base.pad_token_id, tie_word_embeddings=False)
+    config = llama_config(spec, vocab_size=base.vocab_size, max_position_embeddings=base.max_position_embeddings,
+                          bos_token_id=base.bos_token_id, eos_token_id=base.eos_token_id, pad_token_id=base.pad_token_id)
     torch.manual_seed(spec.seed)
     model = LlamaForCausalLM(config).to(getattr(torch, spec.dtype))
     spec_path.unlink(missing_ok=True)  # a half-written model is never taken for a finished one

@@ -111,10 +111,21 @@ def training_sequences(tokenizer, data_dir: Path = DATA_DIR) -> list[list[int]]:
     return seqs
 
 
+def llama_config(spec, **tokens_and_context):
+    """The ``LlamaConfig`` of a spec (this module's, or ``larger_llama``'s: the same architecture
+    fields), untied embeddings; ``tokens_and_context``: vocab_size, max_position_embeddings and the
+    bos/eos/pad token ids."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+                       num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
+                       num_key_value_heads=spec.num_key_value_heads, tie_word_embeddings=False, **tokens_and_context)
+
+
 def make_tiny_llama(output_dir: str | Path, spec: TinyLlamaSpec = TinyLlamaSpec(), data_dir: Path = DATA_DIR) -> dict:
     """Train tokenizer and model and save both in Hugging Face format; returns a summary."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     quiet_transformers()
     output_dir = Path(output_dir)
@@ -127,19 +138,9 @@ def make_tiny_llama(output_dir: str | Path, spec: TinyLlamaSpec = TinyLlamaSpec(
     try:
         torch.manual_seed(spec.seed)
         rng = random.Random(spec.seed)
-        config = LlamaConfig(
-            vocab_size=len(tokenizer),
-            hidden_size=spec.hidden_size,
-            intermediate_size=spec.intermediate_size,
-            num_hidden_layers=spec.num_hidden_layers,
-            num_attention_heads=spec.num_attention_heads,
-            num_key_value_heads=spec.num_key_value_heads,
-            max_position_embeddings=spec.max_position_embeddings,
-            bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-            tie_word_embeddings=False,
-        )
+        config = llama_config(spec, vocab_size=len(tokenizer), max_position_embeddings=spec.max_position_embeddings,
+                              bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id)
         model = LlamaForCausalLM(config)
         opt = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=0.0)
         width = max(len(s) for s in seqs)
