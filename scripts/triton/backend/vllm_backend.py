@@ -126,8 +126,13 @@ class TritonPythonModel:
         self.running, self.cancelled, waiting, kv_cache = (family.Metric(labels=labels) for family in self.metric_families)
         self.gauges = {"waiting": waiting, "kv_cache": kv_cache}
         del waiting, kv_cache
-        self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs),
-                                                    scheduler_gauges(self.gauges))).result()
+        try:
+            self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs),
+                                                        scheduler_gauges(self.gauges))).result()
+        except BaseException:  # no finalize() follows a failed initialize(): let the metrics go here
+            self.engine = None
+            self._stop_loop()
+            raise
         self.active: set[str] = set()
 
     async def _make_engine(self, cls, engine_args, stat_logger):
@@ -231,9 +236,12 @@ class TritonPythonModel:
         try:
             self.submit(stop()).result(timeout=30)
         finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout=10)
-            self._release_metrics()
+            self._stop_loop()
+
+    def _stop_loop(self):
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self._release_metrics()
 
     def _release_metrics(self):
         """Let go of the custom metrics while the stub can still tell the server. One that lives
