@@ -45,8 +45,13 @@ def triton_backend_dir() -> Path:
     return build_dir() / "triton" / "backends"
 
 
+def triton_log_dir() -> Path:
+    """Where the servers started by this repository's code log (one file a server)."""
+    return build_dir() / "triton" / "logs"
+
+
 def triton_log_path(http_port: int) -> Path:
-    return build_dir() / "triton" / "logs" / f"tritonserver-{http_port}.log"
+    return triton_log_dir() / f"tritonserver-{http_port}.log"
 
 
 def executed_dir(profile_name: str) -> Path:

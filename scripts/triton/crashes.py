@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
-from scripts.paths import triton_log_path
+from scripts.paths import triton_log_dir
 
 #: The line Triton's signal handler writes (server/src/main.cc), and the signals of a normal stop.
 SIGNAL_LINE = re.compile(r"^Signal \((\d+)\) received\.", re.MULTILINE)
@@ -56,7 +56,7 @@ def crash_reports(since: float, seen: set[str]) -> list[str]:
         if server.crashed() and str(server.log_path) not in seen:
             seen.add(str(server.log_path))
             reports.append(server.crash_report())
-    for log in crashed_logs(triton_log_path(0).parent, since):
+    for log in crashed_logs(triton_log_dir(), since):
         if str(log) not in seen:
             seen.add(str(log))
             reports.append(f"tritonserver received {signal.Signals(crash_signal(log)).name}; log {log}:\n{log_tail(log)}")

@@ -239,6 +239,8 @@ class TritonPythonModel:
             self._stop_loop()
 
     def _stop_loop(self):
+        """Stop the engine's event-loop thread, then let the metrics go (the last step of finalize(),
+        or of an initialize() that failed)."""
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         self._release_metrics()
