@@ -23,6 +23,8 @@ import json
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,15 +132,27 @@ class Triton:
     text-in models' ``generate`` route, which tritonclient does not cover (plain HTTP)."""
 
     def __init__(self, http_url: str, timeout_s: float = 300):
+        self.url, self.timeout_s = http_url.rstrip("/"), timeout_s
+
+    @contextmanager
+    def _client(self) -> Iterator[Any]:
+        """A tritonclient for one call, closed after it. A client kept open holds an idle keep-alive
+        connection, and a server stopped while one is open spends its whole ``--exit-timeout-secs``
+        waiting for it to close, then exits without unloading its models (``HTTPServer::Stop`` counts
+        down the exit timeout that ``main.cc`` then gives the unload, Triton v2.51.0)."""
         import tritonclient.http as httpclient  # noqa: PLC0415
 
-        self.url, self.timeout_s = http_url.rstrip("/"), timeout_s
         # a load waits for the model's start-up: longer than tritonclient's default 60 s network timeout
-        self.client = httpclient.InferenceServerClient(self.url.split("://", 1)[-1], network_timeout=timeout_s)
+        client = httpclient.InferenceServerClient(self.url.split("://", 1)[-1], network_timeout=self.timeout_s)
+        try:
+            yield client
+        finally:
+            client.close()
 
     def index(self) -> list[dict[str, Any]]:
         """``POST /v2/repository/index``: every model of the repositories, with version, state, reason."""
-        return self.client.get_model_repository_index()
+        with self._client() as client:
+            return client.get_model_repository_index()
 
     def states(self, name: str = MODEL) -> dict[str, str]:
         """{version: state} of one model, from the index (READY, UNAVAILABLE ...)."""
@@ -151,7 +165,8 @@ class Triton:
 
         start = time.monotonic()
         try:
-            self.client.load_model(name, config=None if config is None else json.dumps(config))
+            with self._client() as client:
+                client.load_model(name, config=None if config is None else json.dumps(config))
         except InferenceServerException as exc:
             return LoadResult(name, int(exc.status() or 0), exc.message(), time.monotonic() - start)
         return LoadResult(name, 200, "", time.monotonic() - start)

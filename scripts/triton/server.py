@@ -35,6 +35,7 @@ import requests
 from scripts import envcheck
 from scripts.triton import crashes
 from scripts.triton.process_guard import live_group_members, shm_files_of, shm_segments, stop_group
+from scripts.triton.connections import end_own_connections, established_to
 from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
 
 
@@ -347,6 +348,11 @@ class TritonServer:
         pgid = self.process.pid
         shm_seen = shm_files_of(self.group_members())  # vLLM's buffers and semaphores, the backend's regions
         if self.process.poll() is None:
+            end_own_connections(self.command.http_port)  # else the server waits for them (scripts.triton.connections)
+            if held := established_to(self.command.http_port):
+                print(f"{held} client connection(s) of other processes to {self.http_url} still open: tritonserver "
+                      f"waits up to its exit timeout ({self.command.exit_timeout_s} s) for them, then exits without "
+                      "unloading its models. Close those clients first.", file=sys.stderr, flush=True)
             os.killpg(pgid, signal.SIGTERM)
             try:
                 self.process.wait(timeout=self.command.exit_timeout_s + grace_s)

@@ -18,6 +18,7 @@ from scripts.lifecycle.versions import (MODEL, Answer, Triton, file_config, fill
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 from scripts.triton import server as ts
+from scripts.triton.connections import established_to
 from scripts.triton.repository.lint import lint
 from fakes import json_http_server
 
@@ -224,3 +225,16 @@ def test_a_private_copy_has_its_own_checkpoints_with_owner_only_weights(versione
     assert all(stat.S_IMODE((p / "model.safetensors").stat().st_mode) == 0o600 for p in named)
     assert stat.S_IMODE(copy.stat().st_mode) == 0o700 and stat.S_IMODE((checkpoints[1] / "model.safetensors").stat().st_mode) == 0o644
     assert set(failures.unreadable_for("nobody", failures.served_paths(copy))) >= {copy, *(p / "model.safetensors" for p in named)}
+
+
+def test_the_client_keeps_no_connection_open_between_calls(build_root, tmp_path, capsys):
+    """An open tritonclient would cost every stop the server's exit timeout (scripts.triton.connections)."""
+    (tmp_path / "repo").mkdir()
+    with ts.TritonServer(tmp_path / "repo", exit_timeout_s=2, extra_args=("--model-control-mode=explicit",)) as server:
+        triton = Triton(server.http_url)
+        assert triton.index() == [] and triton.states() == {}
+        refused = triton.load("absent")
+        assert not refused.ok and "failed to load 'absent'" in refused.error
+        assert established_to(server.command.http_port) == 0
+    assert "still open" not in capsys.readouterr().err
+    assert "service connections" not in server.log_path.read_text()

@@ -6,8 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from scripts.triton import process_guard
+from scripts.triton.connections import established_to
 from scripts.triton import server as ts
 from scripts.triton.repository.lint import lint
 from scripts.profiles import load_profile
@@ -283,3 +285,44 @@ def test_a_crashed_server_is_reported_and_restarted_on_new_ports(build_root, tmp
         assert "tritonserver crashed, starting it again" in capsys.readouterr().err
         assert ts.live_group_members(first[0]) == []  # nothing of the crashed server is left
     assert not server.crashed()  # stopped by its owner: SIGTERM is no crash
+
+
+
+HOLDER = """
+import sys, requests
+with requests.Session() as session:  # keeps its connection alive between requests, as every pool does
+    session.get(sys.argv[1] + "/v2/health/live", timeout=10).raise_for_status()
+    print("connected", flush=True)
+    sys.stdin.read()  # until the test closes our stdin
+"""
+
+
+def test_a_connection_another_process_keeps_open_costs_the_exit_timeout_and_stop_names_it(build_root, tmp_path, capsys):
+    (tmp_path / "repo").mkdir()
+    server = ts.TritonServer(tmp_path / "repo", exit_timeout_s=2).start(timeout_s=60)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, server.http_url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "connected"
+        assert established_to(server.command.http_port) == 1
+        server.stop()
+    finally:
+        holder.communicate(timeout=30)
+        server.stop()
+    assert f"1 client connection(s) of other processes to {server.http_url} still open" in capsys.readouterr().err
+    # it counted the whole exit timeout down (2, 1) before it went on to the models
+    assert "Timeout 1: Found 1 HTTP service connections" in server.log_path.read_text()
+
+
+def test_stop_ends_this_processs_own_connections_and_the_server_does_not_wait(build_root, tmp_path, capsys):
+    (tmp_path / "repo").mkdir()
+    server = ts.TritonServer(tmp_path / "repo", exit_timeout_s=2).start(timeout_s=60)
+    kept = requests.get(f"{server.http_url}/v2/health/live", timeout=10)  # an answer in a variable holds its connection
+    session = requests.Session()
+    session.get(f"{server.http_url}/v2/health/ready", timeout=10).raise_for_status()
+    assert kept.ok and established_to(server.command.http_port) == 2
+    server.stop()
+    assert "still open" not in capsys.readouterr().err
+    assert "service connections" not in server.log_path.read_text()
+    with pytest.raises(requests.ConnectionError):  # the pool finds its connection closed, and the server gone
+        session.get(f"{server.http_url}/v2/health/ready", timeout=10)
+    session.close()
