@@ -61,6 +61,7 @@ def deployment_options(profile: Profile) -> dict[str, Any]:
             "target_ongoing_requests": profile["serve_target_ongoing_requests"],
             "upscale_delay_s": profile["serve_upscale_delay_s"],
             "downscale_delay_s": profile["serve_downscale_delay_s"],
+            "look_back_period_s": profile["serve_look_back_period_s"],
         },
         "ray_actor_options": {"num_cpus": profile["serve_num_cpus_per_replica"],
                               "num_gpus": profile["num_gpus_per_replica"]},

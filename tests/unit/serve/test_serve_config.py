@@ -1,5 +1,6 @@
 """The Serve YAML and deployment options, from the profiles."""
 import dataclasses
+import warnings
 
 import pytest
 import yaml
@@ -18,7 +19,9 @@ def edited(profile, **settings):
 @pytest.mark.parametrize("name", available_profiles())
 def test_serve_accepts_each_profiles_options(name):
     profile = load_profile(name)
-    deployment = TritonDeployment.options(**deployment_options(profile))  # Serve validates keys and values
+    with warnings.catch_warnings():  # what Serve only warns of today (a look-back window within the
+        warnings.simplefilter("error", FutureWarning)  # metrics interval) is refused in a later release
+        deployment = TritonDeployment.options(**deployment_options(profile))  # Serve validates keys and values
     assert deployment.ray_actor_options["num_cpus"] == profile["serve_num_cpus_per_replica"]
     autoscaling = deployment._deployment_config.autoscaling_config
     # Serve scales up when replicas hold more than the target: they must be allowed to hold that many.
