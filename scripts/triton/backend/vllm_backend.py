@@ -17,6 +17,7 @@ arrive while others are generating join the running batch. Cancelled requests ar
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import gc
 import json
 import locale
@@ -34,6 +35,7 @@ from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text,
                                           stream_interval, token_out_sampling)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
+STACKS_AFTER_S = float(os.environ.get("TUTORIAL_ENGINE_STACKS_AFTER_S", "150"))  # a start takes 20-80 s on two busy cores
 TEXT_MODE_INPUT = "text_input"
 
 
@@ -126,6 +128,9 @@ class TritonPythonModel:
         self.running, self.cancelled, waiting, kv_cache = (family.Metric(labels=labels) for family in self.metric_families)
         self.gauges = {"waiting": waiting, "kv_cache": kv_cache}
         del waiting, kv_cache
+        # An engine start that has not finished after STACKS_AFTER_S writes every thread's stack into
+        # the server's log (the stub's stderr), once: a start that hangs can then be told from a slow one.
+        faulthandler.dump_traceback_later(STACKS_AFTER_S, exit=False)
         try:
             self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs),
                                                         scheduler_gauges(self.gauges))).result()
@@ -133,6 +138,8 @@ class TritonPythonModel:
             self.engine = None
             self._stop_loop()
             raise
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         self.active: set[str] = set()
 
     async def _make_engine(self, cls, engine_args, stat_logger):

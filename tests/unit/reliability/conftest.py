@@ -59,7 +59,8 @@ def owned_triton(cpu_build):
         profile = load_profile("cpu")
         repo = Path(fill_for_profile(profile, RepoSettings(decoupled_mode=True), output_dir=build / "repo")["repository"])
         owner = subprocess.Popen([sys.executable, str(OWNER), str(repo)], stdout=subprocess.PIPE, text=True, cwd=REPO_ROOT,
-                                 env=os.environ | {BUILD_DIR_ENV: str(build)})
+                                 # an engine start of more than a second leaves its threads' stacks in the log
+                                 env=os.environ | {BUILD_DIR_ENV: str(build), "TUTORIAL_ENGINE_STACKS_AFTER_S": "1"})
         try:
             line = owner.stdout.readline()
             if not line:

@@ -17,7 +17,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: (server.stop(), sys.exit(0)))
     members = live_group_members(server.pid)
     print(json.dumps({"pid": server.pid, "http_url": server.http_url, "grpc_url": server.grpc_url,
-                      "metrics_url": server.metrics_url, "shm_prefix": server.command.shm_prefix,
+                      "metrics_url": server.metrics_url, "shm_prefix": server.command.shm_prefix, "log": str(server.log_path),
                       "members": members}), flush=True)
     while True:
         time.sleep(60)
