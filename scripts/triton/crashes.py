@@ -61,3 +61,22 @@ def crash_reports(since: float, seen: set[str]) -> list[str]:
             seen.add(str(log))
             reports.append(f"tritonserver received {signal.Signals(crash_signal(log)).name}; log {log}:\n{log_tail(log)}")
     return reports
+
+
+#: What the vLLM backend writes to the server's log when its initialize() has returned (the time is
+#: ``time.time()``); Triton then logs ``successfully loaded 'NAME'`` once the stub's answer reaches it.
+INITIALIZED_LINE = re.compile(r"^vllm backend: initialize\(\) of '([^']+)' returned at ([\d.]+)$", re.MULTILINE)
+
+
+def stalled_loads(text: str, now: float, after_s: float) -> list[str]:
+    """Models whose initialize() returned more than ``after_s`` before ``now`` and that Triton has
+    neither loaded nor failed since. Seen with Triton 2.51's Python backend on two cores under heavy
+    load: the stub's answer never reaches the server (the same family of failure as its
+    ``boost::interprocess::lock_exception`` abort), and the load waits forever."""
+    stalled = []
+    for match in INITIALIZED_LINE.finditer(text):
+        name, at = match.group(1), float(match.group(2))
+        rest = text[match.end():]
+        if now - at > after_s and f"successfully loaded '{name}'" not in rest and f"failed to load '{name}'" not in rest:
+            stalled.append(name)
+    return stalled

@@ -70,7 +70,16 @@ def user_entry(user: str):
 
 
 class TritonStartError(RuntimeError):
-    """The server exited or did not become ready; the message ends with its log tail."""
+    """The server exited or did not become ready; the message ends with its log tail. ``stalled``:
+    the models whose load stalled after their initialize() returned (``crashes.stalled_loads``)."""
+
+    def __init__(self, message: str, stalled: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.stalled = stalled
+
+
+#: How long a load may stay unfinished after the model's initialize() returned (it takes milliseconds).
+STALLED_AFTER_S = 60
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -234,9 +243,10 @@ class TritonServer:
                 return self._start_once(timeout_s)
             except TritonStartError as exc:
                 crashed = self.process is not None and self.process.returncode is not None and self.process.returncode < 0
-                if attempt == retries or not crashed or "\nerror: creating server: " in str(exc):
+                if attempt == retries or not (crashed or exc.stalled) or "\nerror: creating server: " in str(exc):
                     raise
-                print(f"tritonserver crashed during start-up, starting it again:\n{exc}", file=sys.stderr, flush=True)
+                what = "crashed" if not exc.stalled else "stalled"
+                print(f"tritonserver {what} during start-up, starting it again:\n{exc}", file=sys.stderr, flush=True)
                 self._renew()
         raise AssertionError("unreachable")
 
@@ -326,6 +336,11 @@ class TritonServer:
                                        f"ready; log {self.log_path}:\n{self.log_tail()}")
             if self.is_ready():
                 return time.monotonic() - start
+            if stalled := crashes.stalled_loads(self.log_path.read_text(errors="replace"), time.time(), STALLED_AFTER_S):
+                raise TritonStartError(f"the load of {', '.join(stalled)} stalled: initialize() returned more than "
+                                       f"{STALLED_AFTER_S} s ago and tritonserver has not taken its answer (the Python "
+                                       f"backend's, under heavy CPU load); log {self.log_path}:\n{self.log_tail()}",
+                                       tuple(stalled))
             time.sleep(0.5)
         raise TritonStartError(f"tritonserver was not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}")
 

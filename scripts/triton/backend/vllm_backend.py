@@ -22,7 +22,9 @@ import gc
 import json
 import locale
 import os
+import sys
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -141,6 +143,8 @@ class TritonPythonModel:
         finally:
             faulthandler.cancel_dump_traceback_later()
         self.active: set[str] = set()
+        # straight into the server's log (no IPC): a load that stalls after this line is the server's
+        print(f"vllm backend: initialize() of '{args['model_name']}' returned at {time.time():.3f}", file=sys.stderr, flush=True)
 
     async def _make_engine(self, cls, engine_args, stat_logger):
         return cls.from_engine_args(engine_args, stat_loggers=[stat_logger])

@@ -1,9 +1,13 @@
-"""An engine start that takes longer than the vLLM backend's STACKS_AFTER_S writes every thread's
-Python stack into the server's log, once, and goes on: a hung start can be told from a slow one.
-The owned Triton of this folder (conftest.py) starts with the threshold at one second."""
+"""What an engine start leaves in the server's log for a start that hangs: every thread's Python
+stack when it takes longer than the vLLM backend's STACKS_AFTER_S (once; the owned Triton of this
+folder, conftest.py, starts with the threshold at one second), and the line saying initialize()
+returned, which tells a load that stalls in the server afterwards (``crashes.stalled_loads``)."""
+import time
 from pathlib import Path
 
 import requests
+
+from scripts.triton import crashes
 
 
 def test_a_slow_engine_start_leaves_its_stacks_in_the_log_and_serves(owned_triton):
@@ -11,6 +15,8 @@ def test_a_slow_engine_start_leaves_its_stacks_in_the_log_and_serves(owned_trito
     assert "Thread 0x" in log and "(most recent call first)" in log
     assert "in initialize" in log  # the stub's main thread, waiting for the engine
     assert "Fatal Python error" not in log  # a dump, not a crash
+    assert [m.group(1) for m in crashes.INITIALIZED_LINE.finditer(log)] == ["vllm_engine"]
+    assert crashes.stalled_loads(log, time.time(), 0) == []  # Triton logged the load after it
     r = requests.post(f"{owned_triton.http_url}/v2/models/ensemble/generate", json={"text_input": "Ray", "max_tokens": 4},
                       timeout=60)
     assert r.status_code == 200 and r.json()["text_output"], r.text

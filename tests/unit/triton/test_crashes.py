@@ -40,3 +40,15 @@ def test_reports_name_each_crash_once_with_its_signal_and_tail(build_root, tmp_p
         assert crashes.crash_reports(since=time.time() - 60, seen=seen) == []  # each crash once
     finally:
         server.stop()
+
+
+def test_a_load_stalls_when_initialize_returned_long_ago_and_triton_said_nothing_since():
+    def returned(name, at):
+        return f"vllm backend: initialize() of '{name}' returned at {at:.3f}\n"
+    loaded = returned("a", 100.0) + 'I1205 model_lifecycle.cc:839] "successfully loaded \'a\'"\n'
+    failed = returned("b", 100.0) + 'E1205 model_lifecycle.cc:642] "failed to load \'b\' version 1: ..."\n'
+    waiting = returned("c", 100.0) + 'I1205 model_lifecycle.cc:839] "successfully loaded \'preprocessing\'"\n'
+    recent = returned("d", 190.0)
+    assert crashes.stalled_loads(loaded + failed + waiting + recent, now=200.0, after_s=60) == ["c"]
+    assert crashes.stalled_loads(waiting, now=150.0, after_s=60) == []  # not long enough yet
+    assert crashes.stalled_loads("no marker at all\n", now=1e12, after_s=0) == []

@@ -326,3 +326,22 @@ def test_stop_ends_this_processs_own_connections_and_the_server_does_not_wait(bu
     with pytest.raises(requests.ConnectionError):  # the pool finds its connection closed, and the server gone
         session.get(f"{server.http_url}/v2/health/ready", timeout=10)
     session.close()
+
+
+
+def test_a_stalled_load_fails_the_start_at_once_and_a_retry_starts_the_server_again(build_root, tmp_path, capsys, monkeypatch):
+    (tmp_path / "repo").mkdir()
+    real_ready = ts.TritonServer.is_ready
+    # the first attempt of each server has a stalled load (as crashes.stalled_loads reads it from a log)
+    monkeypatch.setattr(ts.crashes, "stalled_loads", lambda text, now, after_s: ["vllm_engine"] if server.log_path == first_log else [])
+    monkeypatch.setattr(ts.TritonServer, "is_ready", lambda self: self.log_path != first_log and real_ready(self))
+    server = ts.TritonServer(tmp_path / "repo", exit_timeout_s=1)
+    first_log = server.log_path
+    with pytest.raises(ts.TritonStartError, match="the load of vllm_engine stalled") as raised:
+        server.start(timeout_s=60)
+    assert raised.value.stalled == ("vllm_engine",) and not server.group_members()
+    server = ts.TritonServer(tmp_path / "repo", exit_timeout_s=1)
+    first_log = server.log_path
+    with server.start(timeout_s=60, retries=1):
+        assert server.log_path != first_log and real_ready(server)
+    assert "tritonserver stalled during start-up, starting it again" in capsys.readouterr().err
