@@ -73,10 +73,8 @@ def stalled_loads(text: str, now: float, after_s: float) -> list[str]:
     neither loaded nor failed since. Seen with Triton 2.51's Python backend on two cores under heavy
     load: the stub's answer never reaches the server (the same family of failure as its
     ``boost::interprocess::lock_exception`` abort), and the load waits forever."""
-    stalled = []
-    for match in INITIALIZED_LINE.finditer(text):
-        name, at = match.group(1), float(match.group(2))
-        rest = text[match.end():]
-        if now - at > after_s and f"successfully loaded '{name}'" not in rest and f"failed to load '{name}'" not in rest:
-            stalled.append(name)
-    return stalled
+    last: dict[str, tuple[float, int]] = {}  # each model's latest line: a model of several instances
+    for match in INITIALIZED_LINE.finditer(text):  # is loaded once the last of them has initialized
+        last[match.group(1)] = (float(match.group(2)), match.end())
+    return [name for name, (at, end) in last.items() if now - at > after_s
+            and f"successfully loaded '{name}'" not in text[end:] and f"failed to load '{name}'" not in text[end:]]
