@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -105,6 +107,13 @@ def remove_unused_shm(files: set[Path]) -> list[Path]:
     return removable
 
 
+def rpc_dir(prefix: str) -> Path:
+    """The folder a server's vLLM engines bind their ZeroMQ IPC sockets in (``VLLM_RPC_BASE_PATH``,
+    ``get_open_zmq_ipc_path`` in ``vllm/utils/network_utils.py`` at 0.32.0; by default the temp folder
+    itself, where every engine that does not close its sockets leaves its socket files behind)."""
+    return Path(tempfile.gettempdir()) / f"{prefix}vllm-rpc"
+
+
 def _signal_all(pids: list[int], signum: int) -> None:
     for pid in pids:
         try:
@@ -117,7 +126,8 @@ def stop_group(pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s:
                shm_seen: set[Path] | None = None) -> list[int]:
     """SIGTERM the group but this process, wait up to ``grace_s``, SIGKILL what is left, then remove
     the ``shm_prefix`` segments and the ``/dev/shm`` files the group used (``shm_seen`` and what its
-    processes map now) that nothing else uses; returns the PIDs that had to be killed."""
+    processes map now) that nothing else uses, and the prefix's :func:`rpc_dir`; returns the PIDs
+    that had to be killed."""
     me = os.getpid()
     others = [p for p in live_group_members(pgid) if p != me]
     shm_seen = set(shm_seen or ()) | shm_files_of(others)
@@ -132,6 +142,8 @@ def stop_group(pgid: int, grace_s: float, shm_prefix: str | None = None, poll_s:
     while [p for p in others if is_running(p)] and time.monotonic() < deadline:  # SIGKILL is not instant
         time.sleep(poll_s)
     remove_unused_shm(shm_seen | set(shm_segments(shm_prefix)) if shm_prefix else shm_seen)
+    if shm_prefix:
+        shutil.rmtree(rpc_dir(shm_prefix), ignore_errors=True)
     return others
 
 

@@ -34,7 +34,7 @@ import requests
 
 from scripts import envcheck
 from scripts.triton import crashes
-from scripts.triton.process_guard import live_group_members, shm_files_of, shm_segments, stop_group
+from scripts.triton.process_guard import live_group_members, rpc_dir, shm_files_of, shm_segments, stop_group
 from scripts.triton.connections import end_own_connections, established_to
 from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
 
@@ -180,6 +180,7 @@ class ServerCommand:
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         env.setdefault("LC_ALL", "C.UTF-8")
         env["PYTHONUNBUFFERED"] = "1"
+        env["VLLM_RPC_BASE_PATH"] = str(rpc_dir(self.shm_prefix))  # removed with the group (stop_group)
         if self.home is not None:
             env["HOME"] = str(self.home)
         if self.backend_dir is not None and "pytriton" in str(self.binary):
@@ -265,6 +266,11 @@ class TritonServer:
             raise envcheck.MissingComponent(f"the tritonserver binary {binary} is missing{explicit}: "
                                             "reinstall nvidia-pytriton==0.7.0 (env/setup_env.sh)")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        sockets = rpc_dir(self.command.shm_prefix)
+        sockets.mkdir(exist_ok=True)
+        if self.command.run_as:  # the server's user binds its engines' sockets there
+            entry = user_entry(self.command.run_as)
+            os.chown(sockets, entry.pw_uid, entry.pw_gid)
         log = open(self.log_path, "wb")
         # Own process group: the stubs (and the vLLM engine processes they spawn) share the group we stop.
         self.process = subprocess.Popen(self.command.argv(), stdout=log, stderr=subprocess.STDOUT,

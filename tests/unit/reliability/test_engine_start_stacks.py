@@ -8,6 +8,7 @@ from pathlib import Path
 import requests
 
 from scripts.triton import crashes
+from scripts.triton.process_guard import rpc_dir
 
 
 def test_a_slow_engine_start_leaves_its_stacks_in_the_log_and_serves(owned_triton):
@@ -17,6 +18,8 @@ def test_a_slow_engine_start_leaves_its_stacks_in_the_log_and_serves(owned_trito
     assert "Fatal Python error" not in log  # a dump, not a crash
     assert [m.group(1) for m in crashes.INITIALIZED_LINE.finditer(log)] == ["vllm_engine"]
     assert crashes.stalled_loads(log, time.time(), 0) == []  # Triton logged the load after it
+    # vLLM binds its ZeroMQ sockets in the server's own folder (VLLM_RPC_BASE_PATH), not in /tmp itself
+    assert any(path.is_socket() for path in rpc_dir(owned_triton.info["shm_prefix"]).iterdir())
     r = requests.post(f"{owned_triton.http_url}/v2/models/ensemble/generate", json={"text_input": "Ray", "max_tokens": 4},
                       timeout=60)
     assert r.status_code == 200 and r.json()["text_output"], r.text

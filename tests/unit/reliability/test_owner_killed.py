@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from scripts.triton.process_guard import is_running, shm_files_of
+from scripts.triton.process_guard import is_running, rpc_dir, shm_files_of
 
 
 def test_sigkill_of_the_owner_leaves_no_process_and_no_shared_memory(owned_triton):
@@ -24,3 +24,4 @@ def test_sigkill_of_the_owner_leaves_no_process_and_no_shared_memory(owned_trito
           "its owner's SIGKILL")
     assert not left, f"still running 10 s after the owner's SIGKILL: {left}"
     assert not [f for f in shm if f.exists()], "shared memory left behind"
+    assert not rpc_dir(owned_triton.info["shm_prefix"]).exists(), "the engines' socket folder left behind"
