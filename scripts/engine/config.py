@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -27,6 +28,14 @@ from scripts.profiles import Profile, load_profile
 
 ENGINE_CONFIG = "engine_config.json"
 VLLM_DTYPES = ("bfloat16", "float16", "float32")
+#: How a vLLM engine inside Triton starts its processes (the engine core, then its worker).
+#: "spawn" is what vLLM's CPU platform sets (``vllm/platforms/cpu.py`` at 0.32.0,
+#: ``check_and_update_config``): each process is a fresh interpreter that imports vLLM and torch
+#: again, about 5 s of CPU each. "fork" copies the Triton model's process, which has imported them
+#: already and run no torch operation yet, so no OpenMP thread pool is copied half-made.
+VLLM_START_METHODS = ("spawn", "fork")
+#: Keys of a vLLM ``model.json`` that are this tutorial's settings, not vLLM engine arguments.
+VLLM_OWN_KEYS = ("kv_cache_space_gib", "start_method")
 TRTLLM_DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -39,6 +48,12 @@ def check_dtype(dtype: str, engine: str) -> str:
     if dtype not in allowed:
         raise EngineConfigError(f"dtype {dtype!r} is not supported by {engine}: use one of {', '.join(allowed)}")
     return dtype
+
+
+def check_start_method(method: str) -> str:
+    if method not in VLLM_START_METHODS:
+        raise EngineConfigError(f"engine_start_method {method!r} is not one of {', '.join(VLLM_START_METHODS)}")
+    return method
 
 
 def engine_settings(profile: Profile) -> dict[str, Any]:
@@ -58,6 +73,7 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
             "tensor_parallel_size": int(profile["tensor_parallel_size"]),
             "seed": int(profile["seed"]),
             "enforce_eager": bool(profile.get("enforce_eager", False)),
+            "start_method": check_start_method(profile.get("engine_start_method", "spawn")),
         }
     if profile.engine == "transformers":
         return common | {
@@ -133,6 +149,27 @@ def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
         # vLLM logs to stdout by default; keep stdout for results (run.py prints them there)
         "VLLM_LOGGING_STREAM": "ext://sys.stderr",
     }
+
+
+def vllm_engine_args_class(start_method: str):
+    """``vllm.AsyncEngineArgs``, or for ``start_method="fork"`` a subclass whose engine processes fork.
+
+    vLLM's CPU platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` while it builds the engine's
+    config, and the engine reads it right after, when it starts its core process (which reads it
+    again for its worker): the only moment to choose is between the two, in ``create_engine_config``.
+    """
+    from vllm import AsyncEngineArgs  # noqa: PLC0415
+
+    if check_start_method(start_method) == "spawn":
+        return AsyncEngineArgs
+
+    class ForkingEngineArgs(AsyncEngineArgs):
+        def create_engine_config(self, *args, **kwargs):
+            config = super().create_engine_config(*args, **kwargs)
+            os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
+            return config
+
+    return ForkingEngineArgs
 
 
 def vllm_engine_kwargs(config: dict[str, Any]) -> dict[str, Any]:

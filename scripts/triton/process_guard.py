@@ -61,6 +61,23 @@ def live_group_members(pgid: int) -> list[int]:
     return sorted(members)
 
 
+def engine_processes(pgid: int, title_prefix: str = "VLLM::") -> list[tuple[int, str, str]]:
+    """``(pid, title, executable)`` of a group's processes whose title starts with ``title_prefix``:
+    vLLM names its engine processes ``VLLM::EngineCore`` and ``VLLM::Worker`` (setproctitle). The
+    executable tells how each was started: a fresh interpreter (spawn) runs ``python3``, a fork
+    runs whatever its parent ran (a Triton Python-backend stub: ``triton_python_backend_stub``)."""
+    found = []
+    for pid in live_group_members(pgid):
+        try:
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace").strip()
+            executable = os.readlink(f"/proc/{pid}/exe")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if title.startswith(title_prefix):
+            found.append((pid, title, executable))
+    return found
+
+
 def still_running(pids: list[int], timeout_s: float = 10.0, poll_s: float = 0.2) -> list[int]:
     """Those of ``pids`` still running (zombies count as gone) after waiting up to ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scripts.engine.config import read_engine_config, vllm_engine_kwargs, vllm_environment
+from scripts.engine.config import (VLLM_OWN_KEYS, read_engine_config, vllm_engine_args_class, vllm_engine_kwargs,
+                                   vllm_environment)
 from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text, check_request_size, decode_texts,
                                           engine_request, longest_token_bytes, model_parameter, sampling_from_json,
                                           stream_interval, token_out_sampling)
@@ -99,13 +100,15 @@ class TritonPythonModel:
             config = json.loads(model_json.read_text())
         os.environ.update(vllm_environment(config))
         from transformers import AutoTokenizer
-        from vllm import AsyncEngineArgs, SamplingParams
+        from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.SamplingParams, self.OutputKind = SamplingParams, RequestOutputKind
-        # model.json: vLLM engine arguments, plus our kv_cache_space_gib (an environment setting, above)
-        kwargs = vllm_engine_kwargs(config) if self.token_mode else {k: v for k, v in config.items() if k != "kv_cache_space_gib"}
+        # model.json: vLLM engine arguments, plus our own settings (VLLM_OWN_KEYS: the KV-cache space,
+        # an environment setting above, and how the engine starts its processes)
+        kwargs = vllm_engine_kwargs(config) if self.token_mode else {k: v for k, v in config.items() if k not in VLLM_OWN_KEYS}
+        engine_args_class = vllm_engine_args_class(config.get("start_method", "spawn"))
         self.max_model_len = int(kwargs.get("max_model_len") or 0)
         self.tokenizer = AutoTokenizer.from_pretrained(kwargs.get("tokenizer") or kwargs["model"])
         self.longest_token = longest_token_bytes(self.tokenizer)
@@ -134,7 +137,7 @@ class TritonPythonModel:
         # the server's log (the stub's stderr), once: a start that hangs can then be told from a slow one.
         faulthandler.dump_traceback_later(STACKS_AFTER_S, exit=False)
         try:
-            self.engine = self.submit(self._make_engine(AsyncLLM, AsyncEngineArgs(**kwargs),
+            self.engine = self.submit(self._make_engine(AsyncLLM, engine_args_class(**kwargs),
                                                         scheduler_gauges(self.gauges))).result()
         except BaseException:  # no finalize() follows a failed initialize(): let the metrics go here
             self.engine = None

@@ -96,8 +96,9 @@ def instance_kind(engine_config: dict[str, Any], s: RepoSettings) -> str:
 
 def standalone_arguments(engine_config: dict[str, Any], checkpoint: str | Path | None = None) -> dict[str, Any]:
     """The standalone model's ``model.json``: its engine arguments, as the official vLLM backend reads
-    them (plus our ``kv_cache_space_gib``); ``checkpoint`` replaces the engine's model and tokenizer."""
-    kwargs = vllm_engine_kwargs(engine_config) | {"kv_cache_space_gib": engine_config.get("kv_cache_space_gib", 1)}
+    them, plus our own settings (``VLLM_OWN_KEYS``); ``checkpoint`` replaces the engine's model and tokenizer."""
+    kwargs = vllm_engine_kwargs(engine_config) | {"kv_cache_space_gib": engine_config.get("kv_cache_space_gib", 1),
+                                                  "start_method": engine_config.get("start_method", "spawn")}
     return kwargs | ({"model": str(checkpoint), "tokenizer": str(checkpoint)} if checkpoint else {})
 
 

@@ -17,6 +17,7 @@ from scripts.engine.config import write_engine_config
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 from scripts.triton.engine_request import engine_model_request, generated_ids, tritonclient_args
+from scripts.triton.process_guard import engine_processes
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 from scripts.triton.server import TritonServer
 
@@ -120,3 +121,14 @@ def test_too_long_prompt_is_a_400_with_the_same_text(served, model, prefix):
     assert r.status_code == 400
     assert r.json()["error"] == (f"{prefix}the prompt has 602 tokens and max_tokens is 32: together more than the "
                                  "model's limit of 512 tokens; shorten the prompt or lower max_tokens")
+
+
+def test_the_engine_processes_start_as_the_profile_says(served):
+    """With ``engine_start_method = "fork"`` vLLM's engine core and worker are copies of the stub that
+    runs the engine model (its executable); with vLLM's own "spawn" they would run ``python3``."""
+    server, _, _, _ = served
+    method = load_profile("cpu")["engine_start_method"]
+    engines = engine_processes(server.pid)
+    assert sorted(title for _, title, _ in engines) == ["VLLM::EngineCore", "VLLM::Worker"], engines
+    stub = "triton_python_backend_stub"
+    assert all(Path(executable).name == stub for _, _, executable in engines) == (method == "fork"), engines
