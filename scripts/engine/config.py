@@ -32,10 +32,13 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32")
 #: "spawn" is what vLLM's CPU platform sets (``vllm/platforms/cpu.py`` at 0.32.0,
 #: ``check_and_update_config``): each process is a fresh interpreter that imports vLLM and torch
 #: again, about 5 s of CPU each. "fork" copies the Triton model's process, which has imported them
-#: already and run no torch operation yet, so no OpenMP thread pool is copied half-made.
+#: already and run no torch operation yet, so no OpenMP thread pool is copied half-made; the worker
+#: then binds its OpenMP threads itself (``scripts.engine.forked_worker``: a fork cannot inherit it).
 VLLM_START_METHODS = ("spawn", "fork")
 #: Keys of a vLLM ``model.json`` that are this tutorial's settings, not vLLM engine arguments.
 VLLM_OWN_KEYS = ("kv_cache_space_gib", "start_method")
+#: the worker a forked engine runs (``scripts.engine.forked_worker.WORKER_CLS``; that module imports vLLM)
+FORKED_WORKER_CLS = "scripts.engine.forked_worker.ForkedCPUWorker"
 TRTLLM_DTYPES = ("float16", "bfloat16", "float32")
 
 
@@ -152,7 +155,8 @@ def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
 
 
 def vllm_engine_args_class(start_method: str):
-    """``vllm.AsyncEngineArgs``, or for ``start_method="fork"`` a subclass whose engine processes fork.
+    """``vllm.AsyncEngineArgs``, or for ``start_method="fork"`` a subclass whose engine processes fork
+    and whose worker is ``ForkedCPUWorker`` (where ``worker_cls`` is left to the platform).
 
     vLLM's CPU platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` while it builds the engine's
     config, and the engine reads it right after, when it starts its core process (which reads it
@@ -165,6 +169,8 @@ def vllm_engine_args_class(start_method: str):
 
     class ForkingEngineArgs(AsyncEngineArgs):
         def create_engine_config(self, *args, **kwargs):
+            if self.worker_cls == "auto":  # the worker binds its OpenMP threads itself (forked_worker)
+                self.worker_cls = FORKED_WORKER_CLS
             config = super().create_engine_config(*args, **kwargs)
             os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
             return config

@@ -39,3 +39,43 @@ def test_the_choice_is_made_after_vllms_cpu_platform_set_spawn(method, tiny_llam
                                           enforce_eager=True)
     args.create_engine_config()
     assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == method
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"OMP_NUM_THREADS": "2", "GOMP_CPU_AFFINITY": "2 3"}, (2, {2, 3})),                       # torch's libgomp
+    ({"OMP_NUM_THREADS": "1", "OMP_PLACES": "{5}", "OMP_PROC_BIND": "true"}, (1, {5})),         # another runtime
+    ({"OMP_NUM_THREADS": "2", "KMP_AFFINITY": "granularity=fine,explicit,proclist=[0,1]"}, (2, {0, 1})),  # Intel's
+    ({}, (None, None)),                                                                          # nobind: nothing asked
+])
+def test_the_forked_worker_reads_the_binding_vllm_sets_for_a_spawned_one(environ, expected):
+    from scripts.engine.forked_worker import omp_binding  # noqa: PLC0415 - imports vLLM
+
+    assert omp_binding(environ) == expected
+
+
+def test_the_binding_confines_the_thread_and_sets_torchs_thread_count():
+    """Applied in a child process of its own, as in the forked worker (the test process keeps its CPUs)."""
+    import multiprocessing  # noqa: PLC0415
+
+    cpu = min(os.sched_getaffinity(0))
+    with multiprocessing.get_context("fork").Pool(1) as pool:
+        threads, cpus, affinity, torch_threads = pool.apply(_bind_in_child, ({"OMP_NUM_THREADS": "1", "GOMP_CPU_AFFINITY": str(cpu)},))
+    assert (threads, cpus, affinity, torch_threads) == (1, {cpu}, {cpu}, 1)
+
+
+def _bind_in_child(environ):
+    import torch  # noqa: PLC0415
+
+    from scripts.engine.forked_worker import bind_like_a_spawned_worker  # noqa: PLC0415
+
+    threads, cpus = bind_like_a_spawned_worker(environ)
+    return threads, cpus, os.sched_getaffinity(0), torch.get_num_threads()
+
+
+def test_the_forking_engine_args_name_the_forked_worker(tiny_llama, monkeypatch):
+    from scripts.engine.forked_worker import WORKER_CLS  # noqa: PLC0415
+
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
+    config = vllm_engine_args_class("fork")(model=str(tiny_llama), dtype="bfloat16", max_model_len=128,
+                                            enforce_eager=True).create_engine_config()
+    assert config.parallel_config.worker_cls == engine.FORKED_WORKER_CLS == WORKER_CLS

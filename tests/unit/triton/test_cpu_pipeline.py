@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -132,3 +133,7 @@ def test_the_engine_processes_start_as_the_profile_says(served):
     assert sorted(title for _, title, _ in engines) == ["VLLM::EngineCore", "VLLM::Worker"], engines
     stub = "triton_python_backend_stub"
     assert all(Path(executable).name == stub for _, _, executable in engines) == (method == "fork"), engines
+    # either way the worker's threads keep the CPUs vLLM bound them to (its log: "core ids=[0]")
+    bound = {int(c) for c in re.findall(r"core ids=\[([\d, ]+)\]", server.log_path.read_text())[-1].split(",")}
+    worker = next(pid for pid, title, _ in engines if title == "VLLM::Worker")
+    assert {frozenset(os.sched_getaffinity(int(t.name))) for t in Path(f"/proc/{worker}/task").iterdir()} == {frozenset(bound)}
