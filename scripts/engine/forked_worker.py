@@ -7,9 +7,15 @@ Intel's runtime), which the OpenMP runtime reads when it is loaded (``vllm/utils
 its parent loaded, without the binding: measured here, its threads then roam both cores and a
 single request streams at half the speed. This worker applies the same binding itself, from the
 same variables, before its first parallel operation starts the thread pool.
+
+It also freezes what it inherited (``gc.freeze()``, as Python's ``gc`` documentation advises for a
+fork without exec): a forked worker holds the objects of the Triton stub and of the engine core
+besides its own, and without the freeze every full collection walks them all. In notebook 07's
+streaming phase the engine's CPU per output token fell from 0.66-0.72 ms to 0.55 ms with it.
 """
 from __future__ import annotations
 
+import gc
 import os
 import re
 from collections.abc import Mapping
@@ -48,5 +54,6 @@ def bind_like_a_spawned_worker(environ: Mapping[str, str] = os.environ) -> tuple
 
 class ForkedCPUWorker(CPUWorker):
     def __init__(self, *args, **kwargs):
+        gc.freeze()
         bind_like_a_spawned_worker()
         super().__init__(*args, **kwargs)

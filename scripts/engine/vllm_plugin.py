@@ -12,7 +12,11 @@ kernel does not, and a small model's matrix products may never take oneDNN's AMX
 then dies at the first request with SIGILL, which vLLM reports as ``Worker proc VllmWorker-0 died
 unexpectedly (exit code: -4)`` followed by ``RuntimeError: cancelled`` and ``EngineDeadError``.
 This plugin asks for the permission in every vLLM process. On a CPU without AMX it does nothing;
-where the CPU has AMX, asking is harmless even if nothing then uses it (a GPU node).
+where the CPU has AMX, asking is harmless even if nothing then uses it (a GPU node). A process that
+vLLM forks (``engine_start_method = "fork"``) runs the plugin no more (vLLM's ``plugins_loaded`` is
+copied with it), and needs not: Linux copies the permission to a forked child and drops it only at
+``exec`` (``fpu_inherit_perms``, ``arch/x86/kernel/fpu/core.c``), and its parent asked when it built
+the engine's arguments.
 """
 from __future__ import annotations
 
