@@ -37,7 +37,7 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32")
 VLLM_START_METHODS = ("spawn", "fork")
 #: Keys of a vLLM ``model.json`` that are this tutorial's settings, not vLLM engine arguments.
 VLLM_OWN_KEYS = ("kv_cache_space_gib", "start_method")
-#: the worker a forked engine runs (``scripts.engine.forked_worker.WORKER_CLS``; that module imports vLLM)
+#: the worker a forked engine runs, as vLLM's ``worker_cls`` names it (that module imports vLLM)
 FORKED_WORKER_CLS = "scripts.engine.forked_worker.ForkedCPUWorker"
 TRTLLM_DTYPES = ("float16", "bfloat16", "float32")
 

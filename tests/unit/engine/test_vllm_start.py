@@ -3,12 +3,16 @@ from the profile into the engine config and ``model.json``, and the engine-args 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 from scripts.engine import config as engine
 from scripts.engine.config import VLLM_OWN_KEYS, EngineConfigError, vllm_engine_args_class
+from scripts.paths import REPO_ROOT
 from scripts.profiles import load_profile
 from scripts.triton.repository.fill import standalone_arguments
 
@@ -31,14 +35,37 @@ def test_an_unknown_start_method_is_refused_with_the_choices(build_root):
         engine.check_start_method("forkserver")
 
 
+#: Builds an engine config in a fresh interpreter, as the Triton stub does: importing vLLM's worker
+#: and config machinery in this long-lived test process would depend on what earlier tests imported.
+PROBE = """
+import importlib, json, os, sys
+from scripts.engine.config import vllm_engine_args_class
+os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = sys.argv[3]
+config = vllm_engine_args_class(sys.argv[1])(model=sys.argv[2], dtype="bfloat16", max_model_len=128,
+                                             enforce_eager=True).create_engine_config()
+module, _, name = config.parallel_config.worker_cls.rpartition(".")
+worker = getattr(importlib.import_module(module), name)
+print(json.dumps({"method": os.environ["VLLM_WORKER_MULTIPROC_METHOD"], "worker_cls": config.parallel_config.worker_cls,
+                  "bases": [f"{c.__module__}.{c.__name__}" for c in worker.__mro__]}))
+"""
+
+
+def engine_config_in_a_fresh_process(method: str, model, method_before: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, method, str(model), method_before], capture_output=True,
+                         text=True, timeout=300, cwd=REPO_ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_the_choice_is_made_after_vllms_cpu_platform_set_spawn(method, tiny_llama, monkeypatch):
-    """vLLM's CPU platform sets spawn while it builds the config; the forking class sets fork after it."""
-    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork" if method == "spawn" else "spawn")
-    args = vllm_engine_args_class(method)(model=str(tiny_llama), dtype="bfloat16", max_model_len=128,
-                                          enforce_eager=True)
-    args.create_engine_config()
-    assert os.environ["VLLM_WORKER_MULTIPROC_METHOD"] == method
+def test_the_choice_is_made_after_vllms_cpu_platform_set_spawn(method, tiny_llama):
+    """vLLM's CPU platform sets spawn while it builds the config; the forking class sets fork after it,
+    and names a worker of its own, a subclass of vLLM's CPU worker (which a spawned engine runs)."""
+    seen = engine_config_in_a_fresh_process(method, tiny_llama, "fork" if method == "spawn" else "spawn")
+    assert seen["method"] == method
+    cpu_worker = "vllm.v1.worker.cpu_worker.CPUWorker"
+    assert seen["worker_cls"] == (engine.FORKED_WORKER_CLS if method == "fork" else cpu_worker)
+    assert cpu_worker in seen["bases"]
 
 
 @pytest.mark.parametrize("environ, expected", [
@@ -48,7 +75,7 @@ def test_the_choice_is_made_after_vllms_cpu_platform_set_spawn(method, tiny_llam
     ({}, (None, None)),                                                                          # nobind: nothing asked
 ])
 def test_the_forked_worker_reads_the_binding_vllm_sets_for_a_spawned_one(environ, expected):
-    from scripts.engine.forked_worker import omp_binding  # noqa: PLC0415 - imports vLLM
+    from scripts.engine.omp import omp_binding
 
     assert omp_binding(environ) == expected
 
@@ -66,16 +93,7 @@ def test_the_binding_confines_the_thread_and_sets_torchs_thread_count():
 def _bind_in_child(environ):
     import torch  # noqa: PLC0415
 
-    from scripts.engine.forked_worker import bind_like_a_spawned_worker  # noqa: PLC0415
+    from scripts.engine.omp import bind_like_a_spawned_worker  # noqa: PLC0415
 
     threads, cpus = bind_like_a_spawned_worker(environ)
     return threads, cpus, os.sched_getaffinity(0), torch.get_num_threads()
-
-
-def test_the_forking_engine_args_name_the_forked_worker(tiny_llama, monkeypatch):
-    from scripts.engine.forked_worker import WORKER_CLS  # noqa: PLC0415
-
-    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
-    config = vllm_engine_args_class("fork")(model=str(tiny_llama), dtype="bfloat16", max_model_len=128,
-                                            enforce_eager=True).create_engine_config()
-    assert config.parallel_config.worker_cls == engine.FORKED_WORKER_CLS == WORKER_CLS
