@@ -35,8 +35,10 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32")
 #: already and run no torch operation yet, so no OpenMP thread pool is copied half-made; the worker
 #: then binds its OpenMP threads itself (``scripts.engine.forked_worker``: a fork cannot inherit it).
 VLLM_START_METHODS = ("spawn", "fork")
-#: Keys of a vLLM ``model.json`` that are this tutorial's settings, not vLLM engine arguments.
-VLLM_OWN_KEYS = ("kv_cache_space_gib", "start_method")
+#: This tutorial's settings in a vLLM ``model.json`` and engine config (not vLLM engine arguments),
+#: with the value each takes where a config lacks it.
+VLLM_OWN_DEFAULTS = {"kv_cache_space_gib": 1, "start_method": "spawn"}
+VLLM_OWN_KEYS = tuple(VLLM_OWN_DEFAULTS)
 #: the worker a forked engine runs, as vLLM's ``worker_cls`` names it (that module imports vLLM)
 FORKED_WORKER_CLS = "scripts.engine.forked_worker.ForkedCPUWorker"
 TRTLLM_DTYPES = ("float16", "bfloat16", "float32")
@@ -76,7 +78,7 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
             "tensor_parallel_size": int(profile["tensor_parallel_size"]),
             "seed": int(profile["seed"]),
             "enforce_eager": bool(profile.get("enforce_eager", False)),
-            "start_method": check_start_method(profile.get("engine_start_method", "spawn")),
+            "start_method": check_start_method(profile.get("engine_start_method", VLLM_OWN_DEFAULTS["start_method"])),
         }
     if profile.engine == "transformers":
         return common | {
@@ -143,7 +145,7 @@ def read_engine_config(engine_dir: str | Path) -> dict[str, Any]:
 def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
     """Environment variables a vLLM engine process needs (set before ``import vllm``)."""
     return {
-        "VLLM_CPU_KVCACHE_SPACE": str(config.get("kv_cache_space_gib", 1)),
+        "VLLM_CPU_KVCACHE_SPACE": str(config.get("kv_cache_space_gib", VLLM_OWN_DEFAULTS["kv_cache_space_gib"])),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scripts.engine.config import (VLLM_OWN_KEYS, read_engine_config, vllm_engine_args_class, vllm_engine_kwargs,
-                                   vllm_environment)
+from scripts.engine.config import (VLLM_OWN_DEFAULTS, VLLM_OWN_KEYS, read_engine_config, vllm_engine_args_class,
+                                   vllm_engine_kwargs, vllm_environment)
 from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text, check_request_size, decode_texts,
                                           engine_request, longest_token_bytes, model_parameter, sampling_from_json,
                                           stream_interval, token_out_sampling)
@@ -108,7 +108,7 @@ class TritonPythonModel:
         # model.json: vLLM engine arguments, plus our own settings (VLLM_OWN_KEYS: the KV-cache space,
         # an environment setting above, and how the engine starts its processes)
         kwargs = vllm_engine_kwargs(config) if self.token_mode else {k: v for k, v in config.items() if k not in VLLM_OWN_KEYS}
-        engine_args_class = vllm_engine_args_class(config.get("start_method", "spawn"))
+        engine_args_class = vllm_engine_args_class(config.get("start_method", VLLM_OWN_DEFAULTS["start_method"]))
         self.max_model_len = int(kwargs.get("max_model_len") or 0)
         self.tokenizer = AutoTokenizer.from_pretrained(kwargs.get("tokenizer") or kwargs["model"])
         self.longest_token = longest_token_bytes(self.tokenizer)

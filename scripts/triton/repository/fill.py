@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.engine.config import read_engine_config, vllm_engine_kwargs
+from scripts.engine.config import VLLM_OWN_DEFAULTS, read_engine_config, vllm_engine_kwargs
 from scripts.triton.repository.fill_template import fill_repository
 from scripts.paths import TEMPLATE_DIR, triton_repo_dir
 from scripts.profiles import Profile
@@ -97,8 +97,7 @@ def instance_kind(engine_config: dict[str, Any], s: RepoSettings) -> str:
 def standalone_arguments(engine_config: dict[str, Any], checkpoint: str | Path | None = None) -> dict[str, Any]:
     """The standalone model's ``model.json``: its engine arguments, as the official vLLM backend reads
     them, plus our own settings (``VLLM_OWN_KEYS``); ``checkpoint`` replaces the engine's model and tokenizer."""
-    kwargs = vllm_engine_kwargs(engine_config) | {"kv_cache_space_gib": engine_config.get("kv_cache_space_gib", 1),
-                                                  "start_method": engine_config.get("start_method", "spawn")}
+    kwargs = vllm_engine_kwargs(engine_config) | {k: engine_config.get(k, default) for k, default in VLLM_OWN_DEFAULTS.items()}
     return kwargs | ({"model": str(checkpoint), "tokenizer": str(checkpoint)} if checkpoint else {})
 
 

@@ -328,7 +328,6 @@ def test_stop_ends_this_processs_own_connections_and_the_server_does_not_wait(bu
     session.close()
 
 
-
 def test_a_stalled_load_fails_the_start_at_once_and_a_retry_starts_the_server_again(build_root, tmp_path, capsys, monkeypatch):
     (tmp_path / "repo").mkdir()
     real_ready = ts.TritonServer.is_ready
