@@ -72,11 +72,10 @@ def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
 
     config = read_engine_config(engine_dir)
     if config["engine"] == "transformers":
-        from transformers import AutoTokenizer  # noqa: PLC0415
-
         from scripts.engine import transformers_cb  # noqa: PLC0415
+        from scripts.model.tokenizer import load_tokenizer  # noqa: PLC0415
 
-        tokenizer = AutoTokenizer.from_pretrained(config.get("tokenizer_dir") or config["model_dir"])
+        tokenizer = load_tokenizer(config.get("tokenizer_dir") or config["model_dir"])
         ids = [tokenizer(p)["input_ids"] for p in bench_prompts(n)]
         run = transformers_cb.generate(config, ids, tokens, ignore_eos=True, warmup_prompts=2)
     else:

@@ -77,9 +77,9 @@ def load_tokenizer(config: dict[str, Any]):
     tokenizer_dir = config.get("tokenizer_dir", config["model_dir"])
     if not (Path(tokenizer_dir) / "tokenizer_config.json").is_file():
         raise RunError(f"no tokenizer at {tokenizer_dir}: make the model first (notebook 00_check_environment)")
-    from transformers import AutoTokenizer  # noqa: PLC0415 - heavy
+    from scripts.model.tokenizer import load_tokenizer as load  # noqa: PLC0415 - transformers
 
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
+    return load(tokenizer_dir)
 
 
 def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_output_len: int) -> None:

@@ -38,9 +38,9 @@ Reply = Union[dict[str, Any], AsyncIterator[str]]
 
 def load_tokenizer(tokenizer_dir: str) -> Any:
     """The tokenizer Triton's preprocessing model uses (``RepositoryFacts.tokenizer_dir``)."""
-    from transformers import AutoTokenizer  # noqa: PLC0415 - heavy; replicas and the benchmark only
+    from scripts.model.tokenizer import load_tokenizer as load  # noqa: PLC0415 - transformers: replicas and the benchmark only
 
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
+    return load(tokenizer_dir)
 
 
 def max_body_bytes(max_model_len: int) -> int:

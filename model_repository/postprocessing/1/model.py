@@ -2,15 +2,14 @@
 import json
 
 import triton_python_backend_utils as pb_utils
-from transformers import AutoTokenizer
-
+from scripts.model.tokenizer import load_tokenizer
 from scripts.triton.backend.steps import is_true, model_parameter, postprocess
 
 
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        self.tokenizer = AutoTokenizer.from_pretrained(model_parameter(config, "tokenizer_dir"))
+        self.tokenizer = load_tokenizer(model_parameter(config, "tokenizer_dir"))  # no torch: scripts.model.tokenizer
         self.skip_special = is_true(model_parameter(config, "skip_special_tokens", "true"))
 
     def execute(self, requests):

@@ -3,8 +3,7 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from transformers import AutoTokenizer
-
+from scripts.model.tokenizer import load_tokenizer
 from scripts.triton.backend.steps import Preprocessor, is_true, model_parameter
 
 INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN", "BAD_WORDS_DICT", "STOP_WORDS_DICT", "END_ID", "PAD_ID")
@@ -13,7 +12,7 @@ INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN", "BAD_WORDS_DICT", "STOP_WORDS_DICT", "E
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        tokenizer = AutoTokenizer.from_pretrained(model_parameter(config, "tokenizer_dir"))
+        tokenizer = load_tokenizer(model_parameter(config, "tokenizer_dir"))  # no torch: scripts.model.tokenizer
         # max_model_len: prompt + output (a TensorRT-LLM engine's max_seq_len); max_input_len: the prompt
         # alone (TensorRT-LLM engines only). Both come from the engine config when the repository is filled.
         self.preprocess = Preprocessor(tokenizer, is_true(model_parameter(config, "add_special_tokens", "true")),

@@ -52,9 +52,9 @@ class TritonPythonModel:
         self.model_config = json.loads(args["model_config"])
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(self.model_config)
         config = read_engine_config(model_parameter(self.model_config, "engine_dir"))
-        from transformers import AutoTokenizer  # noqa: PLC0415 - heavy
+        from scripts.model.tokenizer import load_tokenizer  # noqa: PLC0415 - transformers
 
-        self.tokenizer = AutoTokenizer.from_pretrained(config.get("tokenizer_dir") or config["model_dir"])
+        self.tokenizer = load_tokenizer(config.get("tokenizer_dir") or config["model_dir"])
         self.max_model_len = int(config["max_model_len"])
         device = f"cuda:{args['model_instance_device_id']}" if args.get("model_instance_kind") == "GPU" else "cpu"
         self.engine = Engine(config, instance_device=device)

@@ -33,6 +33,7 @@ import triton_python_backend_utils as pb_utils
 
 from scripts.engine.config import (VLLM_OWN_DEFAULTS, VLLM_OWN_KEYS, read_engine_config, vllm_engine_args_class,
                                    vllm_engine_kwargs, vllm_environment)
+from scripts.model.tokenizer import load_tokenizer
 from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text, check_request_size, decode_texts,
                                           engine_request, longest_token_bytes, model_parameter, sampling_from_json,
                                           stream_interval, token_out_sampling)
@@ -99,7 +100,6 @@ class TritonPythonModel:
                 raise pb_utils.TritonModelException(f"{model_json} is missing: write the engine arguments there (notebook 02)")
             config = json.loads(model_json.read_text())
         os.environ.update(vllm_environment(config))
-        from transformers import AutoTokenizer
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -110,7 +110,7 @@ class TritonPythonModel:
         kwargs = vllm_engine_kwargs(config) if self.token_mode else {k: v for k, v in config.items() if k not in VLLM_OWN_KEYS}
         engine_args_class = vllm_engine_args_class(config.get("start_method", VLLM_OWN_DEFAULTS["start_method"]))
         self.max_model_len = int(kwargs.get("max_model_len") or 0)
-        self.tokenizer = AutoTokenizer.from_pretrained(kwargs.get("tokenizer") or kwargs["model"])
+        self.tokenizer = load_tokenizer(kwargs.get("tokenizer") or kwargs["model"])
         self.longest_token = longest_token_bytes(self.tokenizer)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-loop", daemon=True)
