@@ -16,7 +16,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.
 env:
 	@bash env/setup_env.sh
 
-# Notebook 07 (the benchmark) runs at its SMOKE setting here; `make bench` runs it in full.
+# Notebooks with a SMOKE parameter (05, 07, 08) run at that setting here; `make bench` runs 07 in full.
 run: env
 	$(PY) -m scripts.lab.run_notebooks --profile $(PROFILE)
 
@@ -24,11 +24,19 @@ bench: env
 	$(PY) -m scripts.lab.run_notebooks --profile $(PROFILE) --only 07 --full
 
 # Unit tests, then every notebook under nbval (outputs compared with the committed ones after
-# sanitising; notebook 07 at its SMOKE setting), then the values the notebooks' check cells recorded.
+# sanitising; notebooks 05, 07 and 08 at their SMOKE setting), then the values the notebooks' check cells recorded.
 test: env test-unit test-notebooks
 
+# Two workers (pytest-xdist): most unit-test time is real servers starting, mostly one process
+# importing at a time, so two side by side take little longer than one. --dist loadscope keeps a
+# module's tests on one worker, so a module's server fixture starts once. UNIT_WORKERS=0: one process.
+# The OpenAPI fuzzer runs after, in a process of its own: under pytest 9 schemathesis gives the
+# tests it makes for each route one node id, and xdist would run only one of them.
+UNIT_WORKERS ?= 2
+FUZZ := tests/unit/serve/test_openapi.py
 test-unit: env
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n $(UNIT_WORKERS) --dist loadscope tests/unit --ignore=$(FUZZ)
+	$(PY) -m pytest -q -p no:xdist $(FUZZ)
 
 test-notebooks: env
 	$(PY) -m pytest -q $(NBVAL) $$($(PY) -m scripts.lab.run_notebooks --nbval-targets build/smoke)

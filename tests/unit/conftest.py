@@ -1,3 +1,5 @@
+import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -15,9 +17,20 @@ def tiny_llama(tmp_path_factory) -> Path:
     """The cpu profile's tiny Llama, what notebook 00 makes (``prepare_model`` of an ``embedded`` model),
     trained once for the session: the tests that serve it copy it (``fakes.install_model``) instead of
     training it again (about 10 s of a core each time; ``tests/unit/model`` tests the training itself)."""
+    from filelock import FileLock  # noqa: PLC0415
     from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama  # noqa: PLC0415 - torch, transformers
 
-    out = tmp_path_factory.mktemp("tiny-llama")
-    make_tiny_llama(out, TinyLlamaSpec())
+    # Under pytest-xdist (make test-unit) each worker has a session of its own: the first one trains
+    # the model into the folder the workers share, the others wait for it and read it.
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    out, complete = root / "tiny-llama", root / "tiny-llama.complete"
+    with FileLock(f"{out}.lock"):
+        if not complete.is_file():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            make_tiny_llama(out, TinyLlamaSpec())
+            complete.touch()
     return out
 

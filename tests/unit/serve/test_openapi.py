@@ -4,6 +4,7 @@ over the ASGI app, a fake Triton behind the service) finds no undocumented statu
 body that differs from its schema."""
 import collections
 import json
+import os
 
 import pytest
 import schemathesis
@@ -19,6 +20,11 @@ from scripts.serve.openai_api import SEED_RANGE
 from scripts.serve.openai_schema import ErrorResponse, HealthResponse
 
 from fakes import fake_service, routes_answered_by
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # make test-unit runs this module on its own, without xdist
+    pytest.fail("run tests/unit/serve/test_openapi.py without pytest-xdist (-p no:xdist): under pytest 9 "
+                "schemathesis gives the tests it makes for each route one node id, and xdist would run one "
+                "route of five", pytrace=False)
 
 # Hypothesis keeps its caches in ./.hypothesis unless told: under build/, which git ignores.
 set_hypothesis_home_dir(build_dir() / "hypothesis")
