@@ -156,20 +156,22 @@ def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def vllm_engine_args_class(start_method: str):
-    """``vllm.AsyncEngineArgs``, or for ``start_method="fork"`` a subclass whose engine processes fork
-    and whose worker is ``ForkedCPUWorker`` (where ``worker_cls`` is left to the platform).
+def vllm_engine_args_class(start_method: str, *, offline: bool = False):
+    """``vllm.AsyncEngineArgs`` (``vllm.EngineArgs`` for ``offline``, what ``vllm.LLM`` builds), or for
+    ``start_method="fork"`` a subclass whose engine processes fork and whose worker is
+    ``ForkedCPUWorker`` (where ``worker_cls`` is left to the platform).
 
     vLLM's CPU platform sets ``VLLM_WORKER_MULTIPROC_METHOD=spawn`` while it builds the engine's
     config, and the engine reads it right after, when it starts its core process (which reads it
     again for its worker): the only moment to choose is between the two, in ``create_engine_config``.
     """
-    from vllm import AsyncEngineArgs  # noqa: PLC0415
+    from vllm import AsyncEngineArgs, EngineArgs  # noqa: PLC0415
 
+    base = EngineArgs if offline else AsyncEngineArgs
     if check_start_method(start_method) == "spawn":
-        return AsyncEngineArgs
+        return base
 
-    class ForkingEngineArgs(AsyncEngineArgs):
+    class ForkingEngineArgs(base):
         def create_engine_config(self, *args, **kwargs):
             if self.worker_cls == "auto":  # the worker binds its OpenMP threads itself (forked_worker)
                 self.worker_cls = FORKED_WORKER_CLS

@@ -26,6 +26,13 @@ class Clock:
 def fake_vllm(clock, log):
     """``vllm.LLM`` whose start-up costs 100 s and each generate call 2 s of ``clock``."""
     module = types.ModuleType("vllm")
+    llm_module = types.ModuleType("vllm.entrypoints.llm")  # where vllm.LLM finds the EngineArgs it builds
+
+    class EngineArgs:
+        pass
+
+    class AsyncEngineArgs(EngineArgs):
+        pass
 
     class SamplingParams:
         def __init__(self, **kwargs):
@@ -34,6 +41,7 @@ def fake_vllm(clock, log):
     class LLM:
         def __init__(self, **kwargs):
             log.append(("LLM", kwargs))
+            module.args_classes.append(llm_module.EngineArgs)
             clock.now += 100
 
         def generate(self, prompts, params, use_tqdm=True):
@@ -44,14 +52,20 @@ def fake_vllm(clock, log):
                 outputs=[types.SimpleNamespace(token_ids=[7] * params.kwargs["max_tokens"], text=" x",
                                                finish_reason="length")]) for p in prompts]
 
-    module.LLM, module.SamplingParams = LLM, SamplingParams
+    module.LLM, module.SamplingParams, module.EngineArgs, module.AsyncEngineArgs = LLM, SamplingParams, EngineArgs, AsyncEngineArgs
+    module.args_classes, module.llm_module, llm_module.EngineArgs = [], llm_module, EngineArgs
+    module.entrypoints = types.ModuleType("vllm.entrypoints")
+    module.entrypoints.llm = llm_module
     return module
 
 
 @pytest.fixture
 def vllm_log(monkeypatch):
     log, clock = [], Clock()
-    monkeypatch.setitem(sys.modules, "vllm", fake_vllm(clock, log))
+    fake = fake_vllm(clock, log)
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setitem(sys.modules, "vllm.entrypoints", fake.entrypoints)
+    monkeypatch.setitem(sys.modules, "vllm.entrypoints.llm", fake.llm_module)
     return log, clock
 
 
@@ -89,3 +103,9 @@ def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root):
     assert calls[0] == (["Hi"], 5, {"ignore_eos": False})
     assert calls[1] == (bench.bench_prompts(3), 4, {"ignore_eos": True, "warmup_prompts": 2})
     assert stats["requests"] == 3 and stats["tok_per_s"] > 0
+    # CONFIG leaves the start method to vLLM's default (spawn); the cpu profile's engine config forks,
+    # with the engine arguments Triton's engine model uses, and vLLM's own class is back afterwards
+    fake = sys.modules["vllm"]
+    assert fake.args_classes[0] is fake.EngineArgs and load_profile("cpu")["engine_start_method"] == "fork"
+    assert issubclass(fake.args_classes[1], fake.EngineArgs) and fake.args_classes[1] is not fake.EngineArgs
+    assert fake.llm_module.EngineArgs is fake.EngineArgs
