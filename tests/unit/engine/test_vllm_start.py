@@ -35,32 +35,39 @@ def test_an_unknown_start_method_is_refused_with_the_choices(build_root):
         engine.check_start_method("forkserver")
 
 
-#: Builds an engine config in a fresh interpreter, as the Triton stub does: importing vLLM's worker
-#: and config machinery in this long-lived test process would depend on what earlier tests imported.
+#: Builds engine configs in a fresh interpreter, as the Triton stub does: importing vLLM's worker and
+#: config machinery in this long-lived test process would depend on what earlier tests imported. One
+#: interpreter builds every case (vLLM's import is most of the time), each after setting the other method.
 PROBE = """
 import importlib, json, os, sys
 from scripts.engine.config import vllm_engine_args_class
 import vllm
 import vllm.entrypoints.llm as llm_module
 from scripts.engine.vllm_offline import llm_start_method
-os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = sys.argv[3]
-if sys.argv[4] == "offline":  # the class vllm.LLM builds, while llm_start_method is in force
-    with llm_start_method(sys.argv[1]):
-        args_class = llm_module.EngineArgs
-    restored = llm_module.EngineArgs is vllm.EngineArgs
-else:
-    args_class, restored = vllm_engine_args_class(sys.argv[1]), True
-config = args_class(model=sys.argv[2], dtype="bfloat16", max_model_len=128, enforce_eager=True).create_engine_config()
-module, _, name = config.parallel_config.worker_cls.rpartition(".")
-worker = getattr(importlib.import_module(module), name)
-print(json.dumps({"method": os.environ["VLLM_WORKER_MULTIPROC_METHOD"], "worker_cls": config.parallel_config.worker_cls,
+seen = {}
+for case in sys.argv[2:]:
+    method, where = case.split("-")
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork" if method == "spawn" else "spawn"
+    if where == "offline":  # the class vllm.LLM builds, while llm_start_method is in force
+        with llm_start_method(method):
+            args_class = llm_module.EngineArgs
+        restored = llm_module.EngineArgs is vllm.EngineArgs
+    else:
+        args_class, restored = vllm_engine_args_class(method), True
+    config = args_class(model=sys.argv[1], dtype="bfloat16", max_model_len=128, enforce_eager=True).create_engine_config()
+    module, _, name = config.parallel_config.worker_cls.rpartition(".")
+    worker = getattr(importlib.import_module(module), name)
+    seen[case] = {"method": os.environ["VLLM_WORKER_MULTIPROC_METHOD"], "worker_cls": config.parallel_config.worker_cls,
                   "bases": [f"{c.__module__}.{c.__name__}" for c in worker.__mro__],
-                  "args_bases": [f"{c.__module__}.{c.__name__}" for c in args_class.__mro__], "restored": restored}))
+                  "args_bases": [f"{c.__module__}.{c.__name__}" for c in args_class.__mro__], "restored": restored}
+print(json.dumps(seen))
 """
+CASES = [f"{method}-{where}" for method in ("fork", "spawn") for where in ("triton", "offline")]
 
 
-def engine_config_in_a_fresh_process(method: str, model, method_before: str, where: str = "triton") -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, method, str(model), method_before, where], capture_output=True,
+@pytest.fixture(scope="module")
+def engine_configs(tiny_llama) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE, str(tiny_llama), *CASES], capture_output=True,
                          text=True, timeout=300, cwd=REPO_ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -68,12 +75,12 @@ def engine_config_in_a_fresh_process(method: str, model, method_before: str, whe
 
 @pytest.mark.parametrize("where", ["triton", "offline"])
 @pytest.mark.parametrize("method", ["fork", "spawn"])
-def test_the_choice_is_made_after_vllms_cpu_platform_set_spawn(method, where, tiny_llama):
+def test_the_choice_is_made_after_vllms_cpu_platform_set_spawn(method, where, engine_configs):
     """vLLM's CPU platform sets spawn while it builds the config; the forking class sets fork after it,
     and names a worker of its own, a subclass of vLLM's CPU worker (which a spawned engine runs). The
     same holds for the engine arguments vllm.LLM builds (run.py, the offline benchmark) while
     llm_start_method is in force, and vLLM's own class is back after it."""
-    seen = engine_config_in_a_fresh_process(method, tiny_llama, "fork" if method == "spawn" else "spawn", where)
+    seen = engine_configs[f"{method}-{where}"]
     assert seen["method"] == method and seen["restored"]
     base = "vllm.engine.arg_utils.AsyncEngineArgs" if where == "triton" else "vllm.engine.arg_utils.EngineArgs"
     assert base in seen["args_bases"]
