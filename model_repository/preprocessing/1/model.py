@@ -3,6 +3,7 @@ import json
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
+
 from scripts.model.tokenizer import load_tokenizer
 from scripts.triton.backend.steps import Preprocessor, is_true, model_parameter
 
