@@ -25,8 +25,8 @@ from typing import Any, Callable
 import httpx
 
 from scripts.model.tiny_llama import chat_examples
+from scripts.model.tokenizer import load_tokenizer
 from scripts.serve.openai_api import chat_prompt
-from scripts.serve.service import load_tokenizer
 from scripts.triton.client import EnsembleRequest, GrpcModel, ensemble_inputs
 from scripts.triton.repository.fill import repository_facts
 

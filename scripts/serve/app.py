@@ -28,6 +28,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from ray import serve
 
+from scripts.model.tokenizer import load_tokenizer
 from scripts.paths import REPO_ROOT
 from scripts.profiles import load_profile
 from scripts.serve.config import (APP_NAME, DEPLOYMENT_NAME, config_path, deployment_options, fill_serve_repository,
@@ -36,7 +37,7 @@ from scripts.serve.openai_api import ChatCompletionRequest, CompletionRequest, O
 from scripts.serve.openai_schema import (GUARDED, ChatCompletion, ChatCompletionChunk, GenerateResponse, HealthResponse,
                                          ModelList, TextCompletion, TextCompletionChunk, complete_openapi, errors,
                                          json_request, streamed)
-from scripts.serve.service import LLMService, Reply, load_tokenizer
+from scripts.serve.service import LLMService, Reply
 from scripts.triton.client import make_backend
 from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import repository_facts

@@ -36,13 +36,6 @@ from scripts.triton.repository.fill import RepositoryFacts
 Reply = Union[dict[str, Any], AsyncIterator[str]]
 
 
-def load_tokenizer(tokenizer_dir: str) -> Any:
-    """The tokenizer Triton's preprocessing model uses (``RepositoryFacts.tokenizer_dir``)."""
-    from scripts.model.tokenizer import load_tokenizer as load  # noqa: PLC0415 - transformers: replicas and the benchmark only
-
-    return load(tokenizer_dir)
-
-
 def max_body_bytes(max_model_len: int) -> int:
     """The largest request body worth reading: 1 MiB, or 64 bytes per token of context where that is
     more (a token is a few characters; JSON escapes a character in at most 12 bytes)."""

@@ -10,7 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from scripts.serve.service import LLMService, load_tokenizer, max_body_bytes
+from scripts.model.tokenizer import load_tokenizer
+from scripts.serve.service import LLMService, max_body_bytes
 from scripts.triton.client import AttachedTriton
 from scripts.triton.repository.fill import repository_facts
 
