@@ -10,7 +10,10 @@ engine directory; ``run.py``, the Triton model and the Serve app all read that o
 ``gpu-trtllm``: TensorRT-LLM's ``convert_checkpoint.py`` then ``trtllm-build``. The command lines
 are built (and unit-tested) here and run only where ``tensorrt_llm`` is importable.
 
-Command line: ``tutorial-prepare-engine --profile cpu``.
+``gpu-vllm``: the same vLLM engine config as ``cpu``, plus the GPU's share (``gpu_memory_utilization``)
+and the Triton instance kind.
+
+Command line: ``tutorial-build-engine --profile cpu``.
 """
 from __future__ import annotations
 
@@ -34,7 +37,11 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32")
 #: again, about 5 s of CPU each. "fork" copies the Triton model's process, which has imported them
 #: already and run no torch operation yet, so no OpenMP thread pool is copied half-made; the worker
 #: then binds its OpenMP threads itself (``scripts.engine.forked_worker``: a fork cannot inherit it).
-VLLM_START_METHODS = ("spawn", "fork")
+#: "auto" leaves the choice to vLLM (the ``gpu-vllm`` profile: on CUDA vLLM forks its engine core while
+#: CUDA has not started in the parent, and spawns otherwise).
+VLLM_START_METHODS = ("spawn", "fork", "auto")
+#: Triton instance kinds a vLLM engine model may run as (``instance_kind`` in the profile).
+INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
 #: This tutorial's settings in a vLLM ``model.json`` and engine config (not vLLM engine arguments),
 #: with the value each takes where a config lacks it.
 VLLM_OWN_DEFAULTS = {"kv_cache_space_gib": 1, "start_method": "spawn"}
@@ -79,7 +86,7 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
             "seed": int(profile["seed"]),
             "enforce_eager": bool(profile.get("enforce_eager", False)),
             "start_method": check_start_method(profile.get("engine_start_method", VLLM_OWN_DEFAULTS["start_method"])),
-        }
+        } | vllm_gpu_settings(profile)
     if profile.engine == "transformers":
         return common | {
             "max_num_seqs": int(profile["max_num_seqs"]),
@@ -103,6 +110,25 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
     raise EngineConfigError(f"profile {profile.name!r} names an unknown engine {profile.engine!r}")
 
 
+def vllm_gpu_settings(profile: Profile) -> dict[str, Any]:
+    """The GPU-only vLLM settings a profile sets (none on ``cpu``, so its engine config stays as it was)."""
+    out: dict[str, Any] = {}
+    if "gpu_memory_utilization" in profile.settings:
+        fraction = float(profile["gpu_memory_utilization"])
+        if not 0 < fraction <= 1:
+            raise EngineConfigError(f"gpu_memory_utilization {fraction} is not in (0, 1]: it is the share of the "
+                                    "GPU's total memory the engine may take")
+        out["gpu_memory_utilization"] = fraction
+    if "instance_kind" in profile.settings:
+        if profile["instance_kind"] not in INSTANCE_KINDS:
+            raise EngineConfigError(f"instance_kind {profile['instance_kind']!r} is not one of {', '.join(INSTANCE_KINDS)}")
+        if profile["instance_kind"] == "KIND_GPU" and profile.get("engine_start_method") == "fork":
+            raise EngineConfigError("engine_start_method 'fork' runs vLLM's CPU worker (ForkedCPUWorker): a KIND_GPU "
+                                    "engine takes 'auto' (vLLM's own choice on CUDA)")
+        out["instance_kind"] = profile["instance_kind"]
+    return out
+
+
 def write_engine_config(profile: Profile) -> Path:
     """Write ``engine_config.json`` into the profile's engine directory and return its path."""
     settings = engine_settings(profile)
@@ -119,7 +145,7 @@ def read_engine_config(engine_dir: str | Path) -> dict[str, Any]:
     if not engine_dir.is_dir():
         raise EngineConfigError(
             f"engine directory {engine_dir} does not exist: build the engine first "
-            "(notebook 01_build_engine, or `tutorial-prepare-engine --profile PROFILE`)"
+            "(notebook 01_build_engine, or `tutorial-build-engine --profile PROFILE`)"
         )
     path = engine_dir / ENGINE_CONFIG
     if not path.is_file():
@@ -127,7 +153,7 @@ def read_engine_config(engine_dir: str | Path) -> dict[str, Any]:
             return {"engine": "tensorrt_llm", "engine_dir": str(engine_dir)}  # a bare trtllm-build output
         raise EngineConfigError(
             f"{engine_dir} holds no {ENGINE_CONFIG}: build the engine first "
-            "(notebook 01_build_engine, or `tutorial-prepare-engine --profile PROFILE`)"
+            "(notebook 01_build_engine, or `tutorial-build-engine --profile PROFILE`)"
         )
     try:
         config = json.loads(path.read_text())
@@ -153,7 +179,14 @@ def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         # vLLM logs to stdout by default; keep stdout for results (run.py prints them there)
         "VLLM_LOGGING_STREAM": "ext://sys.stderr",
-    }
+    } | flashinfer_sampler_environment()
+
+
+def flashinfer_sampler_environment() -> dict[str, str]:
+    """vLLM's CUDA sampler imports FlashInfer at every engine start, uncaught, unless told not to
+    (vllm 0.26 ``vllm/v1/sample/ops/topk_topp_sampler.py``; ``VLLM_USE_FLASHINFER_SAMPLER``): where
+    FlashInfer is not installed (the gpu-vllm wheelhouse leaves it out), vLLM's own sampler is used."""
+    return {} if importlib.util.find_spec("flashinfer") else {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
 
 
 def vllm_engine_args_class(start_method: str, *, offline: bool = False):
@@ -168,7 +201,7 @@ def vllm_engine_args_class(start_method: str, *, offline: bool = False):
     from vllm import AsyncEngineArgs, EngineArgs  # noqa: PLC0415
 
     base = EngineArgs if offline else AsyncEngineArgs
-    if check_start_method(start_method) == "spawn":
+    if check_start_method(start_method) in ("spawn", "auto"):
         return base
 
     class ForkingEngineArgs(base):
@@ -193,7 +226,7 @@ def vllm_engine_kwargs(config: dict[str, Any]) -> dict[str, Any]:
         "tensor_parallel_size": int(config.get("tensor_parallel_size", 1)),
         "seed": int(config.get("seed", 0)),
         "enforce_eager": bool(config.get("enforce_eager", False)),
-    }
+    } | ({"gpu_memory_utilization": float(config["gpu_memory_utilization"])} if "gpu_memory_utilization" in config else {})
 
 
 # -- TensorRT-LLM (gpu-trtllm profile) ------------------------------------------------------

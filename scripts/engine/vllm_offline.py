@@ -31,7 +31,7 @@ def llm_start_method(start_method: str) -> Iterator[None]:
     module's ``EngineArgs`` is, for the duration, the subclass Triton's engine model uses
     (:func:`scripts.engine.config.vllm_engine_args_class`). A spawn changes nothing.
     """
-    if check_start_method(start_method) == "spawn":
+    if check_start_method(start_method) in ("spawn", "auto"):
         yield
         return
     import vllm.entrypoints.llm as llm_module  # noqa: PLC0415

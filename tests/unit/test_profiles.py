@@ -5,7 +5,7 @@ from scripts.profiles import available_profiles, load_profile
 
 
 def test_both_profiles_defined():
-    assert available_profiles() == ["cpu", "gpu-trtllm", "gpu-transformers"]
+    assert available_profiles() == ["cpu", "gpu-trtllm", "gpu-transformers", "gpu-vllm"]
 
 
 def test_relative_paths_live_under_build_dir(build_root):
@@ -26,7 +26,7 @@ def test_env_override_of_model_dir(build_root, monkeypatch, tmp_path):
 
 
 def test_unknown_profile_lists_known_ones():
-    with pytest.raises(ValueError, match=r"unknown profile 'gpu'.*'cpu', 'gpu-transformers', 'gpu-trtllm'"):
+    with pytest.raises(ValueError, match=r"unknown profile 'gpu'.*'cpu', 'gpu-transformers', 'gpu-trtllm', 'gpu-vllm'"):
         load_profile("gpu")
 
 

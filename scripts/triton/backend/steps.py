@@ -361,3 +361,44 @@ def sampling_from_json(text: str | None) -> dict[str, Any]:
     if "max_tokens" in params and params["max_tokens"] <= 0:
         raise ValueError(f"sampling_parameters.max_tokens must be positive, got {params['max_tokens']}")
     return params
+
+
+def instance_gpu_env(instance_kind: str | None, device_id: str | int | None, visible: str | None) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` for an engine that starts processes of its own on a ``KIND_GPU`` instance.
+
+    Triton tells a Python model instance its GPU (``model_instance_device_id``, counted among the GPUs
+    the server sees) but does not restrict the stub to it; vLLM's engine processes use device 0 of
+    what they see. So the instance narrows what its processes see to its own GPU: the ``device_id``-th
+    entry of the server's ``visible`` list where one is set (Ray sets it for a replica), else the id
+    itself. A ``KIND_CPU`` instance changes nothing."""
+    if instance_kind != "GPU" or device_id is None:
+        return {}
+    index = int(device_id)
+    entries = [e.strip() for e in visible.split(",") if e.strip()] if visible is not None else None
+    if entries is None:
+        return {"CUDA_VISIBLE_DEVICES": str(index)}
+    if index >= len(entries):
+        raise ValueError(f"instance on GPU {index}, but CUDA_VISIBLE_DEVICES={visible!r} shows {len(entries)} GPU(s)")
+    return {"CUDA_VISIBLE_DEVICES": entries[index]}
+
+
+class ChunkBuffer:
+    """Streamed deltas joined into chunks of at least ``interval`` new tokens: vLLM's per-request
+    ``stream_interval``, done by the backend for a vLLM whose ``SamplingParams`` lacks it (0.26).
+    ``add`` returns ``(token_ids, text)`` when a chunk is due, else None; ``flush`` returns the rest."""
+
+    def __init__(self, interval: int):
+        self.interval = max(1, int(interval))
+        self.ids: list[int] = []
+        self.text = ""
+
+    def add(self, token_ids: Sequence[int], text: str, finished: bool = False) -> tuple[list[int], str] | None:
+        self.ids += list(token_ids)
+        self.text += text
+        return self.flush() if finished or len(self.ids) >= self.interval else None
+
+    def flush(self) -> tuple[list[int], str] | None:
+        if not (self.ids or self.text):
+            return None
+        chunk, self.ids, self.text = (self.ids, self.text), [], ""
+        return chunk

@@ -1,4 +1,4 @@
-"""A Python-based Triton backend that serves vLLM with continuous batching (the ``cpu`` engine).
+"""A Python-based Triton backend that serves vLLM with continuous batching (``cpu``, ``gpu-vllm``).
 
 Triton loads it as ``backends/vllm/model.py`` for every model whose config says
 ``backend: "vllm"`` (the launcher puts it there). Two kinds of model use it:
@@ -34,9 +34,9 @@ import triton_python_backend_utils as pb_utils
 from scripts.engine.config import (VLLM_OWN_DEFAULTS, VLLM_OWN_KEYS, read_engine_config, vllm_engine_args_class,
                                    vllm_engine_kwargs, vllm_environment)
 from scripts.model.tokenizer import load_tokenizer
-from scripts.triton.backend.steps import (check_prompt_bytes, check_prompt_text, check_request_size, decode_texts,
-                                          engine_request, longest_token_bytes, model_parameter, sampling_from_json,
-                                          stream_interval, token_out_sampling)
+from scripts.triton.backend.steps import (ChunkBuffer, check_prompt_bytes, check_prompt_text, check_request_size,
+                                          decode_texts, engine_request, instance_gpu_env, longest_token_bytes,
+                                          model_parameter, sampling_from_json, stream_interval, token_out_sampling)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
 STACKS_AFTER_S = float(os.environ.get("TUTORIAL_ENGINE_STACKS_AFTER_S", "150"))  # a start takes 20-80 s on two busy cores
@@ -100,11 +100,16 @@ class TritonPythonModel:
                 raise pb_utils.TritonModelException(f"{model_json} is missing: write the engine arguments there (notebook 02)")
             config = json.loads(model_json.read_text())
         os.environ.update(vllm_environment(config))
+        # KIND_GPU: the engine's processes see only this instance's GPU
+        os.environ.update(instance_gpu_env(args.get("model_instance_kind"), args.get("model_instance_device_id"),
+                                           os.environ.get("CUDA_VISIBLE_DEVICES")))
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.async_llm import AsyncLLM
 
         self.SamplingParams, self.OutputKind = SamplingParams, RequestOutputKind
+        # vLLM 0.26 (gpu-vllm) has no per-request stream_interval: this backend joins the chunks itself
+        self.own_interval = "stream_interval" not in getattr(SamplingParams, "__struct_fields__", ("stream_interval",))
         # model.json: vLLM engine arguments, plus our own settings (VLLM_OWN_KEYS: the KV-cache space,
         # an environment setting above, and how the engine starts its processes)
         kwargs = vllm_engine_kwargs(config) if self.token_mode else {k: v for k, v in config.items() if k not in VLLM_OWN_KEYS}
@@ -166,10 +171,12 @@ class TritonPythonModel:
         final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
             if self.token_mode:
-                prompt, params, stream, exclude = self._token_request(request)
+                prompt, sampling, stream, exclude = self._token_request(request)
             else:
-                prompt, params, stream, exclude = self._text_request(request)
-        except ValueError as exc:
+                prompt, sampling, stream, exclude = self._text_request(request)
+            interval = sampling.pop("stream_interval", None) if self.own_interval else None
+            params = self.SamplingParams(**sampling)
+        except (ValueError, TypeError) as exc:  # TypeError: a sampling key this vLLM does not know
             sender.send(invalid(str(exc)), flags=final)
             return
         if stream and not self.decoupled:
@@ -178,6 +185,7 @@ class TritonPythonModel:
         params.output_kind = self.OutputKind.DELTA if stream else self.OutputKind.FINAL_ONLY
         self.active.add(request_id)
         self.running.set(len(self.active))
+        chunks = ChunkBuffer(interval or 1)
         try:
             async for out in self.engine.generate(prompt, params, request_id):
                 if request.is_cancelled():
@@ -187,10 +195,12 @@ class TritonPythonModel:
                     return
                 completion = out.outputs[0]
                 if stream:
-                    if completion.token_ids or completion.text:
-                        sender.send(self._response(prompt, completion, exclude_prompt=True))
+                    chunk = chunks.add(completion.token_ids, completion.text, finished=out.finished)
+                    if chunk:
+                        sender.send(self._response(prompt, *chunk, exclude_prompt=True))
                 elif out.finished:
-                    sender.send(self._response(prompt, completion, exclude_prompt=exclude), flags=final)
+                    sender.send(self._response(prompt, completion.token_ids, completion.text, exclude_prompt=exclude),
+                                flags=final)
                     return
             if stream:
                 sender.send(flags=final)
@@ -210,7 +220,7 @@ class TritonPythonModel:
             inputs[name] = tensor.as_numpy() if tensor is not None else None
         req = engine_request(inputs, self.tokenizer, self.max_model_len)
         sampling = token_out_sampling(req.sampling, stream_interval(request.parameters()))
-        return {"prompt_token_ids": req.prompt_ids}, self.SamplingParams(**sampling), req.streaming, True
+        return {"prompt_token_ids": req.prompt_ids}, sampling, req.streaming, True
 
     def _text_request(self, request):
         text = decode_texts(pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy().reshape(-1, 1), "text_input")[0]
@@ -227,16 +237,16 @@ class TritonPythonModel:
             params["stream_interval"] = interval
         check_prompt_bytes(text, self.longest_token, self.max_model_len)
         check_request_size(len(self.tokenizer(text)["input_ids"]), params.get("max_tokens", 16), self.max_model_len)
-        return text, self.SamplingParams(**params), stream, exclude
+        return text, params, stream, exclude
 
-    def _response(self, prompt, completion, exclude_prompt=False):
+    def _response(self, prompt, token_ids, completion_text, exclude_prompt=False):
         if self.token_mode:
-            ids = np.array(completion.token_ids, dtype=np.int32).reshape(1, 1, -1)
+            ids = np.array(token_ids, dtype=np.int32).reshape(1, 1, -1)
             return pb_utils.InferenceResponse(output_tensors=[
                 pb_utils.Tensor("output_ids", ids),
                 pb_utils.Tensor("sequence_length", np.array([[ids.shape[-1]]], dtype=np.int32)),
             ])
-        text = completion.text if exclude_prompt else prompt + completion.text
+        text = completion_text if exclude_prompt else prompt + completion_text
         return pb_utils.InferenceResponse(output_tensors=[
             pb_utils.Tensor("text_output", np.array([text.encode("utf-8")], dtype=np.object_)),
         ])

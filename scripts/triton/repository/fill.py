@@ -28,8 +28,8 @@ class RepoSettings:
     postprocessing_instance_count: int = 1
     engine_instance_count: int = 1
     bls_instance_count: int = 1
-    # transformers_engine: KIND_GPU or KIND_CPU; None takes it from the engine config (KIND_CPU when its
-    # device is "cpu", else KIND_GPU)
+    # the engine model's instances: KIND_GPU or KIND_CPU; None takes it from the engine config (instance_kind;
+    # else KIND_CPU for vLLM and for a transformers engine on device "cpu", else KIND_GPU)
     engine_instance_kind: str | None = None
     # tensorrt_llm parameters, as the v0.17.0 backend reads them (model_repository/tensorrt_llm/config.pbtxt):
     batching_strategy: str = "inflight_fused_batching"  # -> gpt_model_type
@@ -83,12 +83,17 @@ def template_values(engine_config: dict[str, Any], s: RepoSettings) -> dict[str,
     elif engine == "transformers_engine":
         values[engine]["engine_instance_kind"] = instance_kind(engine_config, s)
     else:
-        values["vllm_model"] = {"engine_instance_count": s.engine_instance_count}
+        kind = instance_kind(engine_config, s)
+        values[engine]["engine_instance_kind"] = kind
+        values["vllm_model"] = {"engine_instance_count": s.engine_instance_count, "engine_instance_kind": kind}
     return values
 
 
 def instance_kind(engine_config: dict[str, Any], s: RepoSettings) -> str:
-    kind = s.engine_instance_kind or ("KIND_CPU" if engine_config.get("device") == "cpu" else "KIND_GPU")
+    """The engine instances' kind: the settings', else the engine config's ``instance_kind`` (gpu-vllm), else
+    KIND_CPU for a vLLM engine without one (cpu) or a transformers engine on ``device: cpu``, else KIND_GPU."""
+    on_cpu = engine_config.get("device") == "cpu" or engine_config["engine"] == "vllm"
+    kind = s.engine_instance_kind or engine_config.get("instance_kind") or ("KIND_CPU" if on_cpu else "KIND_GPU")
     if kind not in ("KIND_GPU", "KIND_CPU"):
         raise ValueError(f"engine_instance_kind must be KIND_GPU or KIND_CPU, got {kind!r}")
     return kind
@@ -96,9 +101,17 @@ def instance_kind(engine_config: dict[str, Any], s: RepoSettings) -> str:
 
 def standalone_arguments(engine_config: dict[str, Any], checkpoint: str | Path | None = None) -> dict[str, Any]:
     """The standalone model's ``model.json``: its engine arguments, as the official vLLM backend reads
-    them, plus our own settings (``VLLM_OWN_KEYS``); ``checkpoint`` replaces the engine's model and tokenizer."""
+    them, plus our own settings (``VLLM_OWN_KEYS``); ``checkpoint`` replaces the engine's model and tokenizer
+    (and caps ``max_model_len`` at its context length)."""
     kwargs = vllm_engine_kwargs(engine_config) | {k: engine_config.get(k, default) for k, default in VLLM_OWN_DEFAULTS.items()}
-    return kwargs | ({"model": str(checkpoint), "tokenizer": str(checkpoint)} if checkpoint else {})
+    if not checkpoint:
+        return kwargs
+    # another checkpoint may have a shorter context than the engine's (notebook 08's second version on a
+    # GPU profile): vLLM refuses a max_model_len above the model's max_position_embeddings
+    config_json = Path(checkpoint) / "config.json"
+    context = json.loads(config_json.read_text()).get("max_position_embeddings") if config_json.is_file() else None
+    limit = min(kwargs["max_model_len"], int(context)) if context else kwargs["max_model_len"]
+    return kwargs | {"model": str(checkpoint), "tokenizer": str(checkpoint), "max_model_len": limit}
 
 
 def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), output_dir: Path | None = None,
