@@ -82,7 +82,6 @@ class LocalCluster:
 
     def start(self) -> "LocalCluster":
         import ray  # noqa: PLC0415
-        from ray import serve  # noqa: PLC0415
 
         if ray.is_initialized():
             raise RuntimeError("Ray is already initialised in this process: stop that cluster first (ray.shutdown())")
@@ -102,8 +101,7 @@ class LocalCluster:
                                _metrics_export_port=self.metrics_export_port, **dashboard)
             self.pids = ray_process_ids()
             self.dashboard_url = f"http://{context.dashboard_url}" if self.include_dashboard and context.dashboard_url else None
-            self.port = free_port()
-            serve.start(http_options={"host": bind_host(), "port": self.port})
+            self.start_serve()
         finally:
             for key, value in saved.items():
                 os.environ.pop(key, None)
@@ -111,6 +109,21 @@ class LocalCluster:
                     os.environ[key] = value
         quiet_ray_logging()  # serve.start configures its logger again
         return self
+
+    def start_serve(self, attempts: int = 3) -> None:
+        """``serve.start`` with its HTTP proxy on a free port; another port if that one was taken
+        between the choice and the proxy's bind (Ray: "Failed to bind to address ...")."""
+        from ray import serve  # noqa: PLC0415
+
+        for attempt in range(1, attempts + 1):
+            self.port = free_port()
+            try:
+                serve.start(http_options={"host": bind_host(), "port": self.port})
+                return
+            except Exception as exc:  # RayTaskError(RuntimeError) from the proxy actor
+                if "Failed to bind" not in str(exc) or attempt == attempts:
+                    raise
+                serve.shutdown()
 
     def add_node(self, num_cpus: int, num_gpus: int = 0, env: Mapping[str, str] | None = None) -> str:
         """Start a second Ray node on this host, joined to this cluster; its node id.

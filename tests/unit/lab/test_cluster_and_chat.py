@@ -1,5 +1,6 @@
 """scripts.lab.cluster against a real local Ray cluster; scripts.lab.chat's pure parts."""
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -9,15 +10,25 @@ from scripts.lab.cluster import LocalCluster
 from scripts.triton.process_guard import is_running
 
 
-def test_local_cluster_starts_on_loopback_and_leaves_nothing():
+def test_local_cluster_starts_on_loopback_and_leaves_nothing(monkeypatch):
     ray = pytest.importorskip("ray")
     from ray import serve
 
+    import scripts.lab.cluster as cluster_module
+    from scripts.triton.server import free_port
+
+    # The port chosen for Serve's proxy is taken before the proxy binds it: Serve starts on another.
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    ports = iter([taken.getsockname()[1]])
+    monkeypatch.setattr(cluster_module, "free_port", lambda: next(ports, None) or free_port())
     cluster = LocalCluster(num_cpus=1, num_gpus=2, override_resources={"accelerator_type:X": 1},
                            serve_env={"RAY_SERVE_SLOW_STARTUP_WARNING_S": "2"})
     with cluster:
         assert ray.cluster_resources()["GPU"] == 2 and ray.cluster_resources()["accelerator_type:X"] == 1
         assert cluster.base_url.startswith("http://127.0.0.1:") and cluster.port > 0 and cluster.pids
+        assert cluster.port != taken.getsockname()[1]
         assert "RAY_OVERRIDE_RESOURCES" not in os.environ  # only the node started inside read it
         assert "RAY_SERVE_SLOW_STARTUP_WARNING_S" not in os.environ  # the caller's environment is left as it was
         environs = [Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") for pid in cluster.pids if is_running(pid)]
@@ -25,6 +36,7 @@ def test_local_cluster_starts_on_loopback_and_leaves_nothing():
         with pytest.raises(RuntimeError, match="already initialised"):
             LocalCluster(num_cpus=1).start()
         assert serve.status() is not None
+    taken.close()
     assert not ray.is_initialized()
     assert not [p for p in cluster.pids if is_running(p)]
 

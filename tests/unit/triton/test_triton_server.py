@@ -1,4 +1,5 @@
 import os
+import socket
 import signal
 import subprocess
 import sys
@@ -89,8 +90,30 @@ def test_environment_puts_this_venv_first_and_wheel_libs(monkeypatch):
     assert env["LC_ALL"] == "C.UTF-8" and "nvidia_pytriton.libs" in env["LD_LIBRARY_PATH"]
 
 
-def test_free_ports_differ():
-    assert len({ts.free_port() for _ in range(5)}) == 5
+def test_free_ports_differ_even_after_a_seed_and_lie_below_the_ephemeral_range():
+    import random
+
+    random.seed(0)
+    first = [ts.free_port() for _ in range(5)]
+    random.seed(0)
+    second = [ts.free_port() for _ in range(5)]
+    assert len(set(first + second)) == 10
+    low, _ = ts.ephemeral_port_range()
+    assert all(ts.LISTEN_PORT_FLOOR <= p < low for p in first + second)
+
+
+def test_free_port_skips_a_taken_port_and_falls_back_to_bind0(monkeypatch):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # Nothing left below the ephemeral range: the kernel's choice.
+        monkeypatch.setattr(ts, "ephemeral_port_range", lambda: (ts.LISTEN_PORT_FLOOR, 60999))
+        assert ts.free_port() >= ts.LISTEN_PORT_FLOOR
+        # The only candidate is taken: skipped, then bind(0).
+        monkeypatch.setattr(ts, "LISTEN_PORT_FLOOR", port)
+        monkeypatch.setattr(ts, "ephemeral_port_range", lambda: (port + 1, 60999))
+        assert ts.free_port() != port
 
 
 def test_backend_dir_has_stub_and_vllm_backend(tmp_path):
