@@ -19,7 +19,9 @@ sends the group SIGTERM, waits, then SIGKILLs what is left and removes the share
 """
 from __future__ import annotations
 
+import ast
 import atexit
+import importlib.util
 import os
 import signal
 import subprocess
@@ -39,6 +41,26 @@ from scripts.triton.server import free_port
 
 #: Seconds the guard gives the group between SIGTERM and SIGKILL once its owner is dead.
 OWNER_GONE_GRACE_S = 2
+
+
+def per_request_stream_interval(vllm_dir: str | Path | None = None) -> bool:
+    """Whether this vLLM takes ``stream_interval`` per request (``SamplingParams.stream_interval``, 0.32).
+
+    vLLM 0.26 (the gpu-vllm profile) has only the server's ``--stream-interval``, and its ``vllm serve``
+    drops the field from a request body without a word: a benchmark asking for chunks would measure
+    every token. Read from the installed vLLM's ``sampling_params.py``, so this process imports no vLLM.
+    """
+    if vllm_dir is None:
+        spec = importlib.util.find_spec("vllm")
+        if spec is None or not spec.submodule_search_locations:
+            require_vllm()
+        vllm_dir = spec.submodule_search_locations[0]
+    tree = ast.parse((Path(vllm_dir) / "sampling_params.py").read_text())
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "SamplingParams"), None)
+    if cls is None:
+        raise RuntimeError(f"{vllm_dir}/sampling_params.py defines no SamplingParams: a vLLM this tutorial does not know")
+    return any(isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == "stream_interval"
+               for n in cls.body)
 
 
 class VllmStartError(RuntimeError):
@@ -77,9 +99,10 @@ class VllmServer:
     """One ``vllm serve`` process group: started on a free loopback port, polled until ready, stopped by handle."""
 
     def __init__(self, config: dict[str, Any], served_model_name: str, *, port: int | None = None,
-                 log_path: Path | None = None, extra_args: tuple[str, ...] = ()):
+                 log_path: Path | None = None, extra_args: tuple[str, ...] = (), stream_interval: int = 1):
         self.config = dict(config)
         self.served_model_name = served_model_name
+        self.stream_interval = stream_interval  # the server's --stream-interval: every stream's least chunk
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.extra_args = tuple(extra_args)
@@ -101,7 +124,17 @@ class VllmServer:
     def argv(self) -> list[str]:
         return [sys.executable, "-m", "scripts.bench.vllm_cli", "serve", *serve_flags(vllm_engine_kwargs(self.config)),
                 "--served-model-name", self.served_model_name, "--host", self.host, "--port", str(self.port),
-                *self.extra_args]
+                *(["--stream-interval", str(self.stream_interval)] if self.stream_interval > 1 else []), *self.extra_args]
+
+    def serving_stream_interval(self, interval: int, timeout_s: float = 300) -> "VllmServer":
+        """A server that streams in chunks of ``interval`` tokens to requests asking for them: this one
+        where vLLM reads the request's ``stream_interval``; else (vLLM 0.26) this one stopped and a new
+        one started with ``--stream-interval interval``, on another port (ask its ``url`` again)."""
+        if interval <= 1 or interval == self.stream_interval or per_request_stream_interval():
+            return self
+        self.stop()
+        return VllmServer(self.config, self.served_model_name, extra_args=self.extra_args,
+                          stream_interval=interval).start(timeout_s)
 
     def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
         return engine_environment(self.config, base)

@@ -79,3 +79,32 @@ def test_a_server_that_never_gets_ready_is_stopped(build_root, monkeypatch):
     with pytest.raises(VllmStartError, match="not ready after 2 s"):
         server.start(timeout_s=2)
     assert server.group_members() == []
+
+
+def test_which_vllm_takes_stream_interval_per_request(tmp_path):
+    from scripts.bench.vllm_server import per_request_stream_interval
+
+    assert per_request_stream_interval() is True  # the installed vLLM (0.32): SamplingParams.stream_interval
+    (tmp_path / "sampling_params.py").write_text(  # vLLM 0.26's shape: no such field
+        "class SamplingParams:\n    n: int = 1\n    def stream_interval(self): ...\n")
+    assert per_request_stream_interval(tmp_path) is False
+    (tmp_path / "sampling_params.py").write_text("class Other:\n    stream_interval: int = 1\n")
+    with pytest.raises(RuntimeError, match="defines no SamplingParams"):
+        per_request_stream_interval(tmp_path)
+
+
+def test_a_vllm_without_the_request_field_gets_a_server_started_with_the_interval(build_root, monkeypatch):
+    from scripts.bench import vllm_server
+
+    server = VllmServer.from_profile("cpu")
+    assert "--stream-interval" not in server.argv()
+    assert server.serving_stream_interval(4) is server  # vLLM 0.32 reads the request's field: the same server
+    started = []
+    monkeypatch.setattr(vllm_server, "per_request_stream_interval", lambda: False)
+    monkeypatch.setattr(VllmServer, "start", lambda self, timeout_s=300: started.append(self) or self)
+    assert server.serving_stream_interval(1) is server  # every token: any server does
+    replacement = server.serving_stream_interval(4, timeout_s=7)
+    assert started == [replacement] and replacement is not server
+    assert flag(replacement.argv(), "--stream-interval") == "4" and replacement.config == server.config
+    assert replacement.port != server.port
+    assert replacement.serving_stream_interval(4) is replacement
