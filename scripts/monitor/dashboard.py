@@ -28,6 +28,8 @@ DASHBOARD_PATH = REPO_ROOT / "env" / "monitoring" / "grafana" / "llm-serving.jso
 #: The rate window that stands in for ``$__rate_interval``: at least four 1 s scrapes.
 RATE_WINDOW = "10s"
 GRAFANA_VARIABLES = ("$__rate_interval", "$__interval")
+#: The row of panels over Triton's GPU metrics: only where Triton exports them (scripts/monitor/gpu.py).
+GPU_ROW = "GPU"
 
 
 class EmptyPanels(AssertionError):
@@ -42,21 +44,23 @@ def load(path: str | Path = DASHBOARD_PATH) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
 
 
-def panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every panel, those inside (collapsed) rows included; the rows themselves left out."""
+def panels(dashboard: dict[str, Any], gpu: bool = False) -> list[dict[str, Any]]:
+    """Every panel, those inside (collapsed) rows included; the rows themselves left out, and the
+    :data:`GPU_ROW`'s panels too unless ``gpu``."""
     found = []
     for panel in dashboard.get("panels", []):
         if panel.get("type") == "row":
-            found += panels({"panels": panel.get("panels", [])})
+            if gpu or panel.get("title") != GPU_ROW:
+                found += panels({"panels": panel.get("panels", [])}, gpu)
         else:
             found.append(panel)
     return found
 
 
-def panel_queries(dashboard: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+def panel_queries(dashboard: dict[str, Any] | None = None, gpu: bool = False) -> list[tuple[str, str]]:
     """``(panel title, expr)`` of every target of every panel, in the dashboard's order."""
     dashboard = load() if dashboard is None else dashboard
-    return [(p["title"], t["expr"]) for p in panels(dashboard) for t in p.get("targets", []) if t.get("expr")]
+    return [(p["title"], t["expr"]) for p in panels(dashboard, gpu) for t in p.get("targets", []) if t.get("expr")]
 
 
 def promql(expr: str, rate_window: str = RATE_WINDOW) -> str:
@@ -76,11 +80,13 @@ def _live(series: dict[str, Any]) -> bool:
 
 
 def query_counts(prom, dashboard: dict[str, Any] | None = None, *, start: float | None = None,
-                 end: float | None = None, step: float = 1.0, rate_window: str = RATE_WINDOW) -> list[tuple[str, str, int]]:
+                 end: float | None = None, step: float = 1.0, rate_window: str = RATE_WINDOW,
+                 gpu: bool = False) -> list[tuple[str, str, int]]:
     """``(title, expr, series with data)`` for every panel target: a range query over ``start``..``end``
-    when given (a run's window), else an instant query now. ``prom``: a PrometheusServer."""
+    when given (a run's window), else an instant query now. ``prom``: a PrometheusServer; ``gpu``:
+    the GPU row's panels too."""
     counts = []
-    for title, expr in panel_queries(dashboard):
+    for title, expr in panel_queries(dashboard, gpu):
         query = promql(expr, rate_window)
         if start is not None:
             series = prom.query_range(query, start, time.time() if end is None else end, step)
@@ -92,7 +98,7 @@ def query_counts(prom, dashboard: dict[str, Any] | None = None, *, start: float 
 
 def check_panels(prom, dashboard: dict[str, Any] | None = None, **window) -> dict[str, int]:
     """``{panel title: series with data}`` over all of a panel's targets; :class:`EmptyPanels` naming
-    the panels with none. ``window``: ``start``, ``end``, ``step``, ``rate_window`` of :func:`query_counts`."""
+    the panels with none. ``window``: ``start``, ``end``, ``step``, ``rate_window``, ``gpu`` of :func:`query_counts`."""
     counts: dict[str, int] = {}
     for title, _, n in query_counts(prom, dashboard, **window):
         counts[title] = counts.get(title, 0) + n
@@ -103,14 +109,16 @@ def check_panels(prom, dashboard: dict[str, Any] | None = None, **window) -> dic
 
 
 def plot_panels(prom, start: float, end: float, dashboard: dict[str, Any] | None = None, *, step: float = 1.0,
-                rate_window: str = RATE_WINDOW, columns: int = 3, marks: dict[str, float] | None = None):
+                rate_window: str = RATE_WINDOW, columns: int = 3, marks: dict[str, float] | None = None,
+                gpu: bool = False):
     """The dashboard's panels as a grid of matplotlib plots over ``start``..``end`` (seconds since the
     epoch), one line per series with the target's legend; ``marks``: ``{label: time}`` drawn as
-    vertical lines (e.g. where each phase of a benchmark began). Returns the figure."""
+    vertical lines (e.g. where each phase of a benchmark began); ``gpu``: the GPU row's panels too.
+    Returns the figure."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     dashboard = load() if dashboard is None else dashboard
-    shown_panels = [p for p in panels(dashboard) if p.get("targets")]
+    shown_panels = [p for p in panels(dashboard, gpu) if p.get("targets")]
     rows = -(-len(shown_panels) // columns)
     fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3 * rows), squeeze=False)
     for ax, panel in zip(axes.flat, shown_panels):

@@ -163,7 +163,9 @@ def test_07_every_target_measured_at_every_concurrency():
     assert (offline is None) == r["smoke"] and (offline is None or offline["output_throughput"] > 0), offline
     if r["monitoring"]:
         from scripts.monitor.dashboard import panel_queries
-        assert r["panels"] == len({title for title, _ in panel_queries()})
+        assert r["panels"] == len({title for title, _ in panel_queries(gpu=r.get("gpu_panels", False))})
+    for gpu, peak in (r.get("gpu_peak") or {}).items():  # sampled with nvidia-smi on a GPU profile
+        assert peak["memory_used_bytes"] > 0 and 0 <= peak["utilization_pct"] <= 100, (gpu, peak)
 
 
 @pytest.mark.parametrize("notebook", ["00_check_environment", "03_verify_engine", "04_launch_triton_server"])

@@ -13,6 +13,7 @@ import yaml
 
 from scripts.envcheck import MissingComponent
 from scripts.monitor import dashboard
+from scripts.monitor.gpu import TRITON_GPU_METRICS
 from scripts.monitor.prometheus import (INSTALL_HINT, PrometheusError, PrometheusServer, address, check_config,
                                         render_config, to_frame, triton_targets, write_sd_file)
 from scripts.triton.process_guard import is_running, live_group_members
@@ -164,7 +165,12 @@ def test_the_shipped_dashboard_is_a_grafana_export_with_a_prometheus_input(prom)
     assert board["__inputs"][0]["pluginId"] == "prometheus"
     panels = dashboard.panels(board)
     assert len(panels) >= 7 and len({p["title"] for p in panels}) == len(panels)
-    for panel in panels:
+    gpu_panels = [p for p in dashboard.panels(board, gpu=True) if p not in panels]
+    assert gpu_panels and all(p in dashboard.panels(board, gpu=True) for p in panels)  # the GPU row: only asked for
+    gpu_exprs = " ".join(t["expr"] for p in gpu_panels for t in p["targets"])
+    assert all(metric in gpu_exprs for metric in TRITON_GPU_METRICS)
+    assert not any(metric in " ".join(e for _, e in dashboard.panel_queries(board)) for metric in TRITON_GPU_METRICS)
+    for panel in panels + gpu_panels:
         assert panel["datasource"] == {"type": "prometheus", "uid": "${DS_PROMETHEUS}"}, panel["title"]
         assert panel["targets"] and all(t["expr"] and t["refId"] for t in panel["targets"]), panel["title"]
     exprs = " ".join(expr for _, expr in dashboard.panel_queries(board))
@@ -173,7 +179,7 @@ def test_the_shipped_dashboard_is_a_grafana_export_with_a_prometheus_input(prom)
                    "ray_serve_replica_processing_queries", "ray_serve_deployment_replica_healthy"):
         assert metric in exprs, metric
     assert "nv_inference_request_batch_size" not in exprs  # Triton has no such metric
-    for _, expr in dashboard.panel_queries(board):
+    for _, expr in dashboard.panel_queries(board, gpu=True):
         prom.query(dashboard.promql(expr))  # each parses (a parse error raises)
     with pytest.raises(ValueError, match="model"):
         dashboard.promql("rate(x{model=\"$model\"}[$__rate_interval])")
@@ -191,6 +197,12 @@ def test_check_panels_names_the_empty_ones(prom):
     with pytest.raises(dashboard.EmptyPanels) as caught:
         dashboard.check_panels(prom, board(present, absent), start=time.time() - 10, step=1)
     assert caught.value.titles == ["queue"] and caught.value.counts == {"batch": 1, "queue": 0}
+    gpu_row = {"type": "row", "title": dashboard.GPU_ROW, "panels": [{"title": "gpu", "targets": [{"refId": "A", "expr": absent[1]}]}]}
+    with_gpu = board(present)
+    with_gpu["panels"].append(gpu_row)
+    assert dashboard.check_panels(prom, with_gpu) == {"batch": 1}  # a CPU run: the GPU row is not asked for
+    with pytest.raises(dashboard.EmptyPanels, match="gpu"):
+        dashboard.check_panels(prom, with_gpu, gpu=True)
     idle = ("idle", "rate(nv_inference_count[10s]) / rate(nv_inference_count[10s]) * 0 / 0")  # NaN only
     with pytest.raises(dashboard.EmptyPanels, match="idle"):
         dashboard.check_panels(prom, board(idle))
