@@ -62,6 +62,25 @@ def ratios(aggregated: list[dict[str, Any]], baseline: str) -> list[dict[str, An
     return out
 
 
+def ratio_sentences(ratio_rows: list[dict[str, Any]], aggregated: list[dict[str, Any]], label: str, baseline: str,
+                    other: dict[int, float] | None = None, other_name: str = "") -> list[str]:
+    """One sentence per concurrency on how ``label`` fared against ``baseline``, rendered from the
+    measured rows (so a notebook's reading of a run never goes stale); ``other``: ``{concurrency:
+    throughput ratio}`` of another measurement to cite beside it (``other_name`` says which)."""
+    base = {r["concurrency"]: r for r in aggregated if r["label"] == baseline}
+    out = []
+    for r in sorted((r for r in ratio_rows if r["label"] == label), key=lambda r: r["concurrency"]):
+        c = r["concurrency"]
+        cited = f" ({other[c]:.2f} {other_name})" if other and c in other else ""
+        out.append(f"At concurrency {c}, {label} delivered {r['throughput_ratio']:.2f} of {baseline}'s output tokens "
+                   f"per second{cited}; its first token came {r['ttft_p50_delta_ms']:+.0f} ms from {baseline}'s "
+                   f"(median {base[c]['median_ttft_ms']:.0f} ms), and a streamed chunk took {base[c]['median_itl_ms']:.0f} ms "
+                   f"to come (median, {baseline}).")
+    if not out:
+        raise ValueError(f"no ratio rows for {label!r}; labels: {sorted({r['label'] for r in ratio_rows})}")
+    return out
+
+
 def table(rows: list[dict[str, Any]], columns: list[str], digits: int = 2,
           sort_by: tuple[str, ...] = ()) -> str:
     """A plain-text table of ``rows`` (numbers rounded, ordered by the ``sort_by`` columns), for notebooks and logs."""

@@ -10,7 +10,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from scripts.bench.compare import METRICS, aggregate, plot, ratios, save, table  # noqa: E402
+from scripts.bench.compare import METRICS, aggregate, plot, ratio_sentences, ratios, save, table  # noqa: E402
 
 
 def row(label, concurrency, repeat=0, tput=100.0, ttft=10.0, itl=5.0, e2el=50.0, completed=8, failed=0, **more):
@@ -140,3 +140,16 @@ def test_table_orders_rows_by_the_sort_columns():
     lines = table(rows, ["label", "concurrency"], sort_by=("concurrency", "label")).splitlines()[2:]
     assert [line.split()[0] for line in lines] == ["c", "a", "b"]
     assert [line.split()[0] for line in table(rows, ["label"]).splitlines()[2:]] == ["b", "a", "c"]
+
+
+def test_ratio_sentences_are_rendered_from_the_rows():
+    agg = aggregate([row("vllm", 1, tput=100.0, ttft=10.0, itl=5.0), row("serve", 1, tput=80.0, ttft=14.0),
+                     row("vllm", 32, tput=1000.0, ttft=1600.0, itl=260.0), row("serve", 32, tput=1000.0, ttft=1650.0)])
+    sentences = ratio_sentences(ratios(agg, "vllm"), agg, "serve", "vllm", other={32: 0.39}, other_name="with the tiny model")
+    assert sentences == [
+        "At concurrency 1, serve delivered 0.80 of vllm's output tokens per second; its first token came +4 ms from "
+        "vllm's (median 10 ms), and a streamed chunk took 5 ms to come (median, vllm).",
+        "At concurrency 32, serve delivered 1.00 of vllm's output tokens per second (0.39 with the tiny model); its first "
+        "token came +50 ms from vllm's (median 1600 ms), and a streamed chunk took 260 ms to come (median, vllm)."]
+    with pytest.raises(ValueError, match="no ratio rows for 'other'"):
+        ratio_sentences(ratios(agg, "vllm"), agg, "other", "vllm")
