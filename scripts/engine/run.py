@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from scripts.engine import vllm_offline
 from scripts.engine.config import VLLM_DTYPES, EngineConfigError, read_engine_config
+from scripts.model.tokenizer import end_and_pad_ids
 from scripts.paths import REPO_ROOT
 
 
@@ -205,8 +206,7 @@ def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: 
     runner = runner_cls.from_dir(**trtllm_runner_kwargs(
         config, use_py_session, rank=tensorrt_llm.mpi_rank(), max_batch_size=batch_size,
         max_input_len=max(int(ids.size(0)) for ids in encoded), max_output_len=max_output_len))
-    end_id = -1 if ignore_eos else tokenizer.eos_token_id
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    end_id, pad_id = end_and_pad_ids(tokenizer, ignore_eos)
     results = []
     for batch_prompts, batch in zip(in_batches(prompts, batch_size), in_batches(encoded, batch_size)):
         with torch.no_grad():

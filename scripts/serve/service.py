@@ -173,11 +173,7 @@ class LLMService:
         make them (end and pad ids, stop words as token ids) plus the sampling settings of
         :func:`scripts.triton.client.ensemble_inputs`; always streamed (new tokens per response)."""
         tok = self.tokenizer
-        eos = tok.eos_token_id
-        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-        declared = self.engine.declared
-        optional: dict[str, Any] = {"end_id": [-1 if gen.ignore_eos else eos] if "end_id" in declared else None,
-                                    "pad_id": [pad] if "pad_id" in declared and pad is not None else None}
+        optional: dict[str, Any] = self.engine.end_and_pad(tok, gen.ignore_eos)
         if gen.stop:
             optional["stop_words_list"] = to_word_list_format([[tok(w, add_special_tokens=False)["input_ids"] for w in gen.stop]])
         if gen.temperature > 0:
