@@ -148,6 +148,15 @@ def engine_max_batch_size(config: dict[str, Any]) -> int:
     raise RunError(f"{engine_json} gives no build_config.max_batch_size: rebuild the engine (notebook 01_build_engine)")
 
 
+def reference_batch_size(config: dict[str, Any]) -> int:
+    """Prompts per ``generate`` call: the engine's ``max_batch_size`` where the engine config says greedy
+    output is batch-invariant, else 1. fp16 on a GPU is not (the profile's ``batch_invariant``): a
+    prompt batched with others can round, and so decode, differently from the same prompt sent alone,
+    as Triton's clients send it (notebooks 04 and 05); the gpu-transformers reference is made one
+    prompt at a time for the same reason. A config that does not say counts as not invariant."""
+    return engine_max_batch_size(config) if config.get("batch_invariant") is True else 1
+
+
 def in_batches(items: Sequence[Any], size: int) -> list[list[Any]]:
     """``items`` in order, cut into lists of at most ``size``."""
     if size < 1:
@@ -189,9 +198,10 @@ def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: 
                     use_py_session: bool = False) -> tuple[list[dict], str]:
     """Greedy generation with TensorRT-LLM's runtime (inside the NGC container only).
 
-    Returns the results in prompt order and the runner's class name. Prompts go to ``generate`` in
-    batches of at most the engine's ``max_batch_size``: a larger batch is refused
-    (``ModelRunnerMixin._check_inputs`` in TensorRT-LLM@v0.17.0:tensorrt_llm/runtime/model_runner.py).
+    Returns the results in prompt order and the runner's class name. Prompts go to ``generate`` one at
+    a time, or in batches of at most the engine's ``max_batch_size`` where the engine is batch-invariant
+    (:func:`reference_batch_size`): a larger batch is refused (``ModelRunnerMixin._check_inputs`` in
+    TensorRT-LLM@v0.17.0:tensorrt_llm/runtime/model_runner.py).
     """
     if int(config.get("tp_size", 1)) * int(config.get("pp_size", 1)) != 1:
         raise RunError("run.py runs one process: for a multi-GPU engine use mpirun with TensorRT-LLM's examples/run.py")
@@ -202,7 +212,7 @@ def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: 
     use_py_session = runtime_name == "ModelRunner"
     tokenizer = load_tokenizer(config)
     encoded = [torch.tensor(tokenizer(p)["input_ids"], dtype=torch.int32) for p in prompts]
-    batch_size = min(engine_max_batch_size(config), len(prompts))
+    batch_size = min(reference_batch_size(config), len(prompts))
     runner = runner_cls.from_dir(**trtllm_runner_kwargs(
         config, use_py_session, rank=tensorrt_llm.mpi_rank(), max_batch_size=batch_size,
         max_input_len=max(int(ids.size(0)) for ids in encoded), max_output_len=max_output_len))
