@@ -84,10 +84,16 @@ def load_tokenizer(config: dict[str, Any]):
 
 
 def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_output_len: int) -> None:
-    """Reject prompts that cannot fit with their output in ``max_model_len``, before the engine starts."""
+    """Reject prompts that cannot fit with their output in ``max_model_len``, or that are longer than a
+    TensorRT-LLM engine's ``max_input_len``, before the engine starts."""
     tokenizer = load_tokenizer(config)
     limit = int(config["max_model_len"]) - max_output_len
+    max_input_len = engine_max_input_len(config)
     for i, ids in enumerate(tokenizer(list(prompts))["input_ids"]):
+        if max_input_len and len(ids) > max_input_len:
+            raise RunError(f"--input_text #{i} has {len(ids)} tokens, more than the TensorRT-LLM engine's max_input_len "
+                           f"of {max_input_len} (the longest prompt trtllm-build --max_input_len built it for): shorten it, "
+                           "or rebuild the engine with a larger max_input_len")
         if len(ids) > limit:
             raise RunError(f"--input_text #{i} has {len(ids)} tokens; with --max_output_len {max_output_len} "
                            f"at most {limit} fit in the engine's max_model_len {config['max_model_len']}: shorten it")
@@ -146,6 +152,22 @@ def engine_max_batch_size(config: dict[str, Any]) -> int:
     if config.get("max_batch_size"):
         return int(config["max_batch_size"])
     raise RunError(f"{engine_json} gives no build_config.max_batch_size: rebuild the engine (notebook 01_build_engine)")
+
+
+def engine_max_input_len(config: dict[str, Any]) -> int | None:
+    """A TensorRT-LLM engine's longest prompt (None for other engines): ``build_config.max_input_len``
+    of the engine's ``config.json``, else ``engine_config.json``'s. Both runners refuse a longer one with
+    a RuntimeError (``_check_inputs`` in tensorrt_llm/runtime/model_runner.py and model_runner_cpp.py),
+    and the C++ executor throws ("Prompt length (N) exceeds maximum input length (M)", ``LlmRequest::
+    validate``): both read in TensorRT-LLM versions before and after 0.17, not at the v0.17.0 tag."""
+    if config.get("engine") != "tensorrt_llm":
+        return None
+    engine_json = Path(config["engine_dir"]) / "config.json"
+    if engine_json.is_file():
+        build = json.loads(engine_json.read_text()).get("build_config", {})
+        if build.get("max_input_len"):
+            return int(build["max_input_len"])
+    return int(config["max_input_len"]) if config.get("max_input_len") else None
 
 
 def reference_batch_size(config: dict[str, Any]) -> int:

@@ -179,6 +179,31 @@ def test_reference_batch_size_follows_the_engine_configs_batch_invariant(tmp_pat
     assert run.reference_batch_size({"engine_dir": str(tmp_path)}) == 1  # a bare trtllm-build output does not say
 
 
+@pytest.mark.parametrize("runner_flag", [(), ("--use_py_session",)])
+def test_a_prompt_longer_than_the_engines_max_input_len_is_refused_before_the_engine_starts(
+        trtllm_engine, fake_trtllm, tmp_path, capsys, runner_flag):
+    """trtllm-build fixes max_input_len (build_config in the engine's config.json); both runners and
+    the executor refuse a longer prompt with an error that does not say what to change."""
+    (trtllm_engine / "config.json").write_text(json.dumps({"build_config": {"max_batch_size": ENGINE_MAX_BATCH,
+                                                                            "max_input_len": 4}}))
+    argv = ["--engine_dir", str(trtllm_engine), "--max_output_len", "3", *runner_flag,
+            "--input_text", "hello", "triton loads the model"]  # 2 and 5 tokens (BOS included)
+    assert run.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--input_text #1 has 5 tokens, more than the TensorRT-LLM engine's max_input_len of 4" in err
+    assert "rebuild the engine with a larger max_input_len" in err and not fake_trtllm
+    ref = run_main(trtllm_engine, tmp_path / "ref.json", ["hello", "the engine runs"], *runner_flag)  # 2 and 4 fit
+    assert [len(r["input_ids"]) for r in ref["results"]] == [2, 4]
+
+
+def test_engine_max_input_len_comes_from_the_engine_then_its_config(trtllm_engine):
+    config = engine.read_engine_config(trtllm_engine)
+    assert run.engine_max_input_len(config) == load_profile("gpu-trtllm")["max_input_len"]  # no build_config entry
+    (trtllm_engine / "config.json").write_text(json.dumps({"build_config": {"max_input_len": 512}}))
+    assert run.engine_max_input_len(config) == 512
+    assert run.engine_max_input_len({"engine": "vllm", "max_model_len": 512}) is None
+
+
 def test_engine_max_batch_size_comes_from_the_engines_config(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"build_config": {"max_batch_size": 16}}))
     assert run.engine_max_batch_size({"engine_dir": str(tmp_path), "max_batch_size": 4}) == 16
