@@ -1,7 +1,7 @@
 """The keyword that sets the weights' dtype in ``from_pretrained``, for the installed transformers.
 
 transformers 4.56 renamed ``torch_dtype=`` to ``dtype=`` (``modeling_utils.py``: ``from_pretrained``
-pops ``dtype`` from 4.56.0 on, and warns once for ``torch_dtype``). Before 4.56 an unknown ``dtype=``
+pops ``dtype`` from 4.56.0 on; 4.56 still takes ``torch_dtype`` with a warning). Before 4.56 ``dtype=``
 travels with the config's unused kwargs into the model's ``__init__`` and raises ``TypeError``
 (4.47.1, the NGC 25.02 TensorRT-LLM container's: ``from_pretrained`` pops only ``torch_dtype``).
 """
