@@ -106,6 +106,8 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
             "max_batch_size": int(profile["max_batch_size"]),
             "max_input_len": int(profile["max_input_len"]),
             "max_seq_len": int(profile["max_seq_len"]),
+            # run.py batches the reference's prompts only where greedy output does not depend on the batch
+            "batch_invariant": bool(profile["batch_invariant"]),
         }
     raise EngineConfigError(f"profile {profile.name!r} names an unknown engine {profile.engine!r}")
 

@@ -27,6 +27,7 @@ from typing import Any, Sequence
 
 from scripts.engine import vllm_offline
 from scripts.engine.config import VLLM_DTYPES, EngineConfigError, read_engine_config
+from scripts.model.tokenizer import end_and_pad_ids
 from scripts.paths import REPO_ROOT
 
 
@@ -83,10 +84,16 @@ def load_tokenizer(config: dict[str, Any]):
 
 
 def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_output_len: int) -> None:
-    """Reject prompts that cannot fit with their output in ``max_model_len``, before the engine starts."""
+    """Reject prompts that cannot fit with their output in ``max_model_len``, or that are longer than a
+    TensorRT-LLM engine's ``max_input_len``, before the engine starts."""
     tokenizer = load_tokenizer(config)
     limit = int(config["max_model_len"]) - max_output_len
+    max_input_len = engine_max_input_len(config)
     for i, ids in enumerate(tokenizer(list(prompts))["input_ids"]):
+        if max_input_len and len(ids) > max_input_len:
+            raise RunError(f"--input_text #{i} has {len(ids)} tokens, more than the TensorRT-LLM engine's max_input_len "
+                           f"of {max_input_len} (the longest prompt trtllm-build --max_input_len built it for): shorten it, "
+                           "or rebuild the engine with a larger max_input_len")
         if len(ids) > limit:
             raise RunError(f"--input_text #{i} has {len(ids)} tokens; with --max_output_len {max_output_len} "
                            f"at most {limit} fit in the engine's max_model_len {config['max_model_len']}: shorten it")
@@ -147,6 +154,31 @@ def engine_max_batch_size(config: dict[str, Any]) -> int:
     raise RunError(f"{engine_json} gives no build_config.max_batch_size: rebuild the engine (notebook 01_build_engine)")
 
 
+def engine_max_input_len(config: dict[str, Any]) -> int | None:
+    """A TensorRT-LLM engine's longest prompt (None for other engines): ``build_config.max_input_len``
+    of the engine's ``config.json``, else ``engine_config.json``'s. Both runners refuse a longer one with
+    a RuntimeError (``_check_inputs`` in tensorrt_llm/runtime/model_runner.py and model_runner_cpp.py),
+    and the C++ executor throws ("Prompt length (N) exceeds maximum input length (M)", ``LlmRequest::
+    validate``): both read in TensorRT-LLM versions before and after 0.17, not at the v0.17.0 tag."""
+    if config.get("engine") != "tensorrt_llm":
+        return None
+    engine_json = Path(config["engine_dir"]) / "config.json"
+    if engine_json.is_file():
+        build = json.loads(engine_json.read_text()).get("build_config", {})
+        if build.get("max_input_len"):
+            return int(build["max_input_len"])
+    return int(config["max_input_len"]) if config.get("max_input_len") else None
+
+
+def reference_batch_size(config: dict[str, Any]) -> int:
+    """Prompts per ``generate`` call: the engine's ``max_batch_size`` where the engine config says greedy
+    output is batch-invariant, else 1. fp16 on a GPU is not (the profile's ``batch_invariant``): a
+    prompt batched with others can round, and so decode, differently from the same prompt sent alone,
+    as Triton's clients send it (notebooks 04 and 05); the gpu-transformers reference is made one
+    prompt at a time for the same reason. A config that does not say counts as not invariant."""
+    return engine_max_batch_size(config) if config.get("batch_invariant") is True else 1
+
+
 def in_batches(items: Sequence[Any], size: int) -> list[list[Any]]:
     """``items`` in order, cut into lists of at most ``size``."""
     if size < 1:
@@ -188,9 +220,10 @@ def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: 
                     use_py_session: bool = False) -> tuple[list[dict], str]:
     """Greedy generation with TensorRT-LLM's runtime (inside the NGC container only).
 
-    Returns the results in prompt order and the runner's class name. Prompts go to ``generate`` in
-    batches of at most the engine's ``max_batch_size``: a larger batch is refused
-    (``ModelRunnerMixin._check_inputs`` in TensorRT-LLM@v0.17.0:tensorrt_llm/runtime/model_runner.py).
+    Returns the results in prompt order and the runner's class name. Prompts go to ``generate`` one at
+    a time, or in batches of at most the engine's ``max_batch_size`` where the engine is batch-invariant
+    (:func:`reference_batch_size`): a larger batch is refused (``ModelRunnerMixin._check_inputs`` in
+    TensorRT-LLM@v0.17.0:tensorrt_llm/runtime/model_runner.py).
     """
     if int(config.get("tp_size", 1)) * int(config.get("pp_size", 1)) != 1:
         raise RunError("run.py runs one process: for a multi-GPU engine use mpirun with TensorRT-LLM's examples/run.py")
@@ -201,12 +234,11 @@ def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: 
     use_py_session = runtime_name == "ModelRunner"
     tokenizer = load_tokenizer(config)
     encoded = [torch.tensor(tokenizer(p)["input_ids"], dtype=torch.int32) for p in prompts]
-    batch_size = min(engine_max_batch_size(config), len(prompts))
+    batch_size = min(reference_batch_size(config), len(prompts))
     runner = runner_cls.from_dir(**trtllm_runner_kwargs(
         config, use_py_session, rank=tensorrt_llm.mpi_rank(), max_batch_size=batch_size,
         max_input_len=max(int(ids.size(0)) for ids in encoded), max_output_len=max_output_len))
-    end_id = -1 if ignore_eos else tokenizer.eos_token_id
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    end_id, pad_id = end_and_pad_ids(tokenizer, ignore_eos)
     results = []
     for batch_prompts, batch in zip(in_batches(prompts, batch_size), in_batches(encoded, batch_size)):
         with torch.no_grad():

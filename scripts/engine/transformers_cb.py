@@ -110,11 +110,13 @@ class Engine:
         from transformers import AutoModelForCausalLM, GenerationConfig  # noqa: PLC0415
         from transformers.generation.configuration_utils import ContinuousBatchingConfig  # noqa: PLC0415
 
+        from scripts.model.hf_dtype import dtype_kwargs  # noqa: PLC0415
+
         self.config = config
         self.device = device_for(config, instance_device)
         dtype = getattr(torch, config["dtype"])
         start = time.monotonic()
-        self.model = AutoModelForCausalLM.from_pretrained(config["model_dir"], dtype=dtype,
+        self.model = AutoModelForCausalLM.from_pretrained(config["model_dir"], **dtype_kwargs(dtype),
                                                           attn_implementation="sdpa").to(self.device)
         self.load_s = time.monotonic() - start
         eos = self.model.generation_config.eos_token_id

@@ -186,9 +186,11 @@ def greedy_hf(model_dir: str | Path, prompt: str, max_new_tokens: int = 32) -> s
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
+    from scripts.model.hf_dtype import dtype_kwargs
+
     quiet_transformers()
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = LlamaForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = LlamaForCausalLM.from_pretrained(model_dir, **dtype_kwargs(torch.float32))
     ids = tok(prompt, return_tensors="pt")["input_ids"]
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False)

@@ -54,3 +54,12 @@ def load_tokenizer(tokenizer_dir: str | Path) -> Any:
     from transformers import AutoTokenizer  # noqa: PLC0415 - imports torch
 
     return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+
+
+def end_and_pad_ids(tokenizer: Any, ignore_eos: bool = False) -> tuple[int | None, int | None]:
+    """``(end_id, pad_id)`` of an engine request: the tokenizer's EOS (``-1`` with ``ignore_eos``,
+    which no token matches) and its pad id, EOS where it has none. run.py, the ensemble's
+    preprocessing and direct engine requests all stop at this EOS, so their greedy ids agree."""
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    return (-1 if ignore_eos else eos), pad

@@ -27,7 +27,7 @@ from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, chunk_b
                                       parse_chat_request, parse_completion_request, resolve_max_tokens, response_body,
                                       sse, usage)
 from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
-from scripts.triton.backend.steps import check_prompt_bytes, longest_token_bytes, to_word_list_format
+from scripts.triton.backend.steps import check_prompt_bytes, check_prompt_tokens, longest_token_bytes, to_word_list_format
 from scripts.triton.client import MAX_TOP_K, Chunk, EnsembleRequest, TritonLLM, TritonRequestError, ensemble_inputs
 from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import RepositoryFacts
@@ -152,13 +152,17 @@ class LLMService:
         return self._events(gen, first, chunks, prompt_tokens, max_tokens)
 
     def _prepare(self, gen: Generation) -> tuple[dict, int, int]:
+        param = "messages" if gen.kind == "chat" else "prompt"
         try:  # before tokenizing: a huge prompt would hold this replica's event loop for seconds
-            check_prompt_bytes(gen.prompt, self.longest_token, self.facts.max_model_len)
+            check_prompt_bytes(gen.prompt, self.longest_token, self.facts.max_input_len or self.facts.max_model_len)
         except ValueError as exc:
-            raise OpenAIError(400, str(exc), param="messages" if gen.kind == "chat" else "prompt",
-                              code="context_length_exceeded") from None
+            raise OpenAIError(400, str(exc), param=param, code="context_length_exceeded") from None
         prompt_ids = self.tokenizer(gen.prompt)["input_ids"]  # as the preprocessing model tokenizes it
         prompt_tokens = len(prompt_ids)
+        try:  # a TensorRT-LLM engine's max_input_len: its executor would throw, and Triton answer 500
+            check_prompt_tokens(prompt_tokens, self.facts.max_input_len)
+        except ValueError as exc:
+            raise OpenAIError(400, str(exc), param=param, code="context_length_exceeded") from None
         max_tokens = resolve_max_tokens(gen, prompt_tokens, self.facts.max_model_len, self.default_max_tokens)
         if self.engine is not None:
             return self.engine_inputs(gen, prompt_ids, max_tokens), prompt_tokens, max_tokens
@@ -173,11 +177,7 @@ class LLMService:
         make them (end and pad ids, stop words as token ids) plus the sampling settings of
         :func:`scripts.triton.client.ensemble_inputs`; always streamed (new tokens per response)."""
         tok = self.tokenizer
-        eos = tok.eos_token_id
-        pad = tok.pad_token_id if tok.pad_token_id is not None else eos
-        declared = self.engine.declared
-        optional: dict[str, Any] = {"end_id": [-1 if gen.ignore_eos else eos] if "end_id" in declared else None,
-                                    "pad_id": [pad] if "pad_id" in declared and pad is not None else None}
+        optional: dict[str, Any] = self.engine.end_and_pad(tok, gen.ignore_eos)
         if gen.stop:
             optional["stop_words_list"] = to_word_list_format([[tok(w, add_special_tokens=False)["input_ids"] for w in gen.stop]])
         if gen.temperature > 0:

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from scripts.model.tokenizer import end_and_pad_ids, load_tokenizer
+
 ENGINE_OUTPUTS = ("output_ids", "sequence_length")
 #: NumPy dtypes of the config data types an engine model's inputs use.
 NUMPY_DTYPES = {"TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT64": np.uint64, "TYPE_FP32": np.float32,
@@ -96,6 +98,15 @@ class EngineInputs:
         # only the tokens that are new since the previous one, whatever that parameter says.
         return self.backend == "tensorrtllm" and not streaming and not _backend_bool(self.exclude_input)
 
+    def end_and_pad(self, tokenizer: Any, ignore_eos: bool = False) -> dict[str, list[int] | None]:
+        """``end_id`` and ``pad_id`` for :meth:`build`, as run.py and the ensemble's preprocessing set
+        them (:func:`scripts.model.tokenizer.end_and_pad_ids`); None for one this model does not declare.
+        Without ``end_id`` TensorRT-LLM's executor does not stop at EOS: the backend passes an absent
+        ``end_id`` on as none (tensorrtllm_backend@v0.17.0:inflight_batcher_llm/src/utils.cc:842-917)."""
+        end_id, pad_id = end_and_pad_ids(tokenizer, ignore_eos)
+        return {"end_id": [end_id] if "end_id" in self.declared and end_id is not None else None,
+                "pad_id": [pad_id] if "pad_id" in self.declared and pad_id is not None else None}
+
     def build(self, prompt_ids: list[int], max_tokens: int, *, streaming: bool = False,
               **optional: Any) -> dict[str, np.ndarray]:
         """The input tensors of one request; ``optional`` maps more input names to values (lists or
@@ -133,20 +144,36 @@ class EngineInputs:
 
 
 def engine_model_request(model_repository: str | Path, prompt_ids: list[int], max_tokens: int, *,
-                         model_name: str | None = None, streaming: bool = False) -> EngineModelRequest:
+                         model_name: str | None = None, streaming: bool = False, ignore_eos: bool = False,
+                         tokenizer: Any = None) -> EngineModelRequest:
     """The request that sends ``prompt_ids`` straight to the engine model of a filled repository
     (:class:`EngineInputs`); ``model_name`` defaults to the engine step of the repository's ensemble.
     Send ``inputs`` and ask for ``outputs`` (:func:`tritonclient_args`), then read the answer with
     :func:`generated_ids`.
+
+    It stops at EOS as run.py does, unless ``ignore_eos``: ``end_id`` and ``pad_id`` come from
+    ``tokenizer``, by default the one the repository's preprocessing model loads (as Serve's does).
 
     TensorRT-LLM's backend takes the prompt as the whole ``input_ids`` row of a batch of one: it
     cuts rows to ``input_lengths`` only in batches of several (tensorrtllm_backend@v0.17.0:
     inflight_batcher_llm/src/utils.cc, splitBatchInputsTensors), so no padding is sent.
     """
     engine = EngineInputs(model_repository, model_name)
-    inputs = engine.build(prompt_ids, max_tokens, streaming=streaming)
+    if tokenizer is None:
+        from scripts.triton.repository.fill import repository_facts  # noqa: PLC0415
+
+        tokenizer = _tokenizer(repository_facts(Path(model_repository)).tokenizer_dir)
+    inputs = engine.build(prompt_ids, max_tokens, streaming=streaming, **engine.end_and_pad(tokenizer, ignore_eos))
     return EngineModelRequest(engine.model_name, inputs, engine.outputs, len(prompt_ids),
                               engine.output_includes_prompt(streaming))
+
+
+def _tokenizer(tokenizer_dir: str) -> Any:
+    """The tokenizer a repository's preprocessing model loads."""
+    if not (Path(tokenizer_dir) / "tokenizer_config.json").is_file():
+        raise ValueError(f"no tokenizer at {tokenizer_dir} (the preprocessing model's tokenizer_dir), whose EOS id "
+                         "an engine request needs: make the model first (notebook 00_check_environment)")
+    return load_tokenizer(tokenizer_dir)
 
 
 def generated_ids(request: EngineModelRequest, outputs: dict[str, np.ndarray]) -> list[int]:

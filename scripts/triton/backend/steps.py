@@ -110,6 +110,13 @@ def check_prompt_bytes(text: str, longest: int, max_model_len: int) -> None:
                          "model's limit) can be; shorten the prompt")
 
 
+def check_prompt_tokens(prompt_tokens: int, max_input_len: int) -> None:
+    """The prompt within a TensorRT-LLM engine's ``max_input_len`` (0: none; see :func:`check_request_size`)."""
+    if max_input_len and prompt_tokens > max_input_len:
+        raise ValueError(f"the prompt has {prompt_tokens} tokens, more than the engine's max_input_len of "
+                         f"{max_input_len} tokens (the longest prompt it was built for); shorten the prompt")
+
+
 def check_request_size(prompt_tokens: int, max_tokens: int | None, max_model_len: int, max_input_len: int = 0) -> None:
     """``max_tokens`` positive, the prompt within the engine's ``max_input_len`` and prompt plus output
     within the model's length (``max_model_len``; a TensorRT-LLM engine's ``max_seq_len``). 0: no limit.
@@ -126,9 +133,7 @@ def check_request_size(prompt_tokens: int, max_tokens: int | None, max_model_len
     """
     if max_tokens is None or max_tokens <= 0:
         raise ValueError(f"max_tokens must be a positive number of tokens, got {max_tokens}")
-    if max_input_len and prompt_tokens > max_input_len:
-        raise ValueError(f"the prompt has {prompt_tokens} tokens, more than the engine's max_input_len of "
-                         f"{max_input_len} tokens (the longest prompt it was built for); shorten the prompt")
+    check_prompt_tokens(prompt_tokens, max_input_len)
     if max_model_len and prompt_tokens + max_tokens > max_model_len:
         raise ValueError(f"the prompt has {prompt_tokens} tokens and max_tokens is {max_tokens}: together more than the "
                          f"model's limit of {max_model_len} tokens; shorten the prompt or lower max_tokens")

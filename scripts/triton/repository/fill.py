@@ -156,6 +156,7 @@ class RepositoryFacts:
     engine_model: str
     decoupled: bool
     skip_special_tokens: bool = True  # how postprocessing decodes; a streaming client decodes the same way
+    max_input_len: int = 0  # the longest prompt (a TensorRT-LLM engine's build limit); 0: none beside max_model_len
 
 
 def read_model_config(repo: Path, model: str):
@@ -188,4 +189,5 @@ def repository_facts(repo: Path, ensemble: str = "ensemble") -> RepositoryFacts:
                            max_model_len=int(pre["max_model_len"].string_value or 0),
                            engine_model=engines[0], decoupled=engine.model_transaction_policy.decoupled,
                            skip_special_tokens=is_true(post["skip_special_tokens"].string_value
-                                                       if "skip_special_tokens" in post else "true"))
+                                                       if "skip_special_tokens" in post else "true"),
+                           max_input_len=int(pre["max_input_len"].string_value or 0) if "max_input_len" in pre else 0)

@@ -58,6 +58,14 @@ def trtllm_engine(build_root, tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def batched_engine(trtllm_engine):
+    """The same engine, its config saying greedy output is batch-invariant: run.py batches its prompts."""
+    path = trtllm_engine / engine.ENGINE_CONFIG
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"batch_invariant": True}))
+    return trtllm_engine
+
+
+@pytest.fixture
 def fake_trtllm(monkeypatch):
     package, runtime, calls = make_modules()
     monkeypatch.setitem(sys.modules, "tensorrt_llm", package)
@@ -90,39 +98,39 @@ def test_output_sequence_lengths_is_asked_for_as_upstream_run_py_does(trtllm_eng
     assert [r["finish_reason"] for r in ref["results"]] == ["stop", "length"]
 
 
-def test_more_prompts_than_max_batch_size_go_in_batches_in_order(trtllm_engine, fake_trtllm, tmp_path):
+def test_more_prompts_than_max_batch_size_go_in_batches_in_order(batched_engine, fake_trtllm, tmp_path):
     """Item 3. ModelRunnerMixin._check_inputs (TensorRT-LLM@v0.17.0:tensorrt_llm/runtime/model_runner.py)
     refuses a batch larger than the engine's max_batch_size (4 here): 6 prompts go as 4 + 2."""
-    ref = run_main(trtllm_engine, tmp_path / "ref.json", PROMPTS)
+    ref = run_main(batched_engine, tmp_path / "ref.json", PROMPTS)
     assert [len(c[2]) for c in fake_trtllm if c[0] == "generate"] == [4, 2]
     assert [r["input_text"] for r in ref["results"]] == PROMPTS
     for r in ref["results"]:
         assert (r["input_ids"], r["output_ids"]) == expected(r["input_text"])
 
 
-def test_model_runner_cpp_is_the_default_with_upstream_from_dir_kwargs(trtllm_engine, fake_trtllm, tmp_path):
+def test_model_runner_cpp_is_the_default_with_upstream_from_dir_kwargs(batched_engine, fake_trtllm, tmp_path):
     """Item 13. TensorRT-LLM@v0.17.0:examples/run.py takes ModelRunnerCpp unless --use_py_session and
     sizes it with ModelRunnerCpp.from_dir's keywords (tensorrt_llm/runtime/model_runner_cpp.py)."""
-    ref = run_main(trtllm_engine, tmp_path / "ref.json", PROMPTS, max_output_len=7)
+    ref = run_main(batched_engine, tmp_path / "ref.json", PROMPTS, max_output_len=7)
     (kind, cls, kwargs), *_ = fake_trtllm
     longest = max(len(word_tokenizer()(p)["input_ids"]) for p in PROMPTS)
     assert (kind, cls) == ("from_dir", "ModelRunnerCpp")
-    assert kwargs == {"engine_dir": str(trtllm_engine), "rank": 0, "max_batch_size": ENGINE_MAX_BATCH,
+    assert kwargs == {"engine_dir": str(batched_engine), "rank": 0, "max_batch_size": ENGINE_MAX_BATCH,
                       "max_input_len": longest, "max_output_len": 7, "max_beam_width": 1}
     assert ref["runtime"] == "ModelRunnerCpp"
     assert {c[1] for c in fake_trtllm} == {"ModelRunnerCpp"}
 
 
-def test_use_py_session_takes_the_python_model_runner(trtllm_engine, fake_trtllm, tmp_path):
+def test_use_py_session_takes_the_python_model_runner(batched_engine, fake_trtllm, tmp_path):
     """--use_py_session as in TensorRT-LLM@v0.17.0:examples/utils.py; ModelRunner.from_dir gets
     engine_dir and rank only (tensorrt_llm/runtime/model_runner.py)."""
-    ref = run_main(trtllm_engine, tmp_path / "ref.json", PROMPTS, "--use_py_session")
-    assert fake_trtllm[0] == ("from_dir", "ModelRunner", {"engine_dir": str(trtllm_engine), "rank": 0})
+    ref = run_main(batched_engine, tmp_path / "ref.json", PROMPTS, "--use_py_session")
+    assert fake_trtllm[0] == ("from_dir", "ModelRunner", {"engine_dir": str(batched_engine), "rank": 0})
     assert ref["runtime"] == "ModelRunner" and [len(c[2]) for c in fake_trtllm[1:]] == [4, 2]
 
 
-def test_small_batches_size_the_executor_to_the_prompts(trtllm_engine, fake_trtllm, tmp_path):
-    run_main(trtllm_engine, tmp_path / "ref.json", ["hello", "six"])
+def test_small_batches_size_the_executor_to_the_prompts(batched_engine, fake_trtllm, tmp_path):
+    run_main(batched_engine, tmp_path / "ref.json", ["hello", "six"])
     assert fake_trtllm[0][2]["max_batch_size"] == 2
 
 
@@ -148,6 +156,52 @@ def test_ignore_eos_sends_end_id_minus_one(trtllm_engine, fake_trtllm, tmp_path)
     ref = run_main(trtllm_engine, tmp_path / "ref.json", ["hello"], "--ignore_eos")
     assert [c[3]["end_id"] for c in fake_trtllm if c[0] == "generate"] == [-1]
     assert len(ref["results"][0]["output_ids"]) == 2  # the fake's rule: len(prompt) tokens, no end token
+
+
+def test_a_reference_for_an_engine_that_is_not_batch_invariant_sends_one_prompt_at_a_time(trtllm_engine, fake_trtllm,
+                                                                                          tmp_path):
+    """fp16 on a GPU is not batch-invariant (the profile's batch_invariant): Triton's clients send each
+    prompt alone, so run.py does too, and the executor is sized for one."""
+    profile = load_profile("gpu-trtllm")
+    assert json.loads((trtllm_engine / engine.ENGINE_CONFIG).read_text())["batch_invariant"] is profile["batch_invariant"]
+    assert profile["batch_invariant"] is False
+    ref = run_main(trtllm_engine, tmp_path / "ref.json", PROMPTS)
+    assert fake_trtllm[0][2]["max_batch_size"] == 1
+    assert [c[2] for c in fake_trtllm if c[0] == "generate"] == [[expected(p)[0]] for p in PROMPTS]
+    for r in ref["results"]:
+        assert (r["input_ids"], r["output_ids"]) == expected(r["input_text"])
+
+
+def test_reference_batch_size_follows_the_engine_configs_batch_invariant(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"build_config": {"max_batch_size": 16}}))
+    assert run.reference_batch_size({"engine_dir": str(tmp_path), "batch_invariant": True}) == 16
+    assert run.reference_batch_size({"engine_dir": str(tmp_path), "batch_invariant": False}) == 1
+    assert run.reference_batch_size({"engine_dir": str(tmp_path)}) == 1  # a bare trtllm-build output does not say
+
+
+@pytest.mark.parametrize("runner_flag", [(), ("--use_py_session",)])
+def test_a_prompt_longer_than_the_engines_max_input_len_is_refused_before_the_engine_starts(
+        trtllm_engine, fake_trtllm, tmp_path, capsys, runner_flag):
+    """trtllm-build fixes max_input_len (build_config in the engine's config.json); both runners and
+    the executor refuse a longer prompt with an error that does not say what to change."""
+    (trtllm_engine / "config.json").write_text(json.dumps({"build_config": {"max_batch_size": ENGINE_MAX_BATCH,
+                                                                            "max_input_len": 4}}))
+    argv = ["--engine_dir", str(trtllm_engine), "--max_output_len", "3", *runner_flag,
+            "--input_text", "hello", "triton loads the model"]  # 2 and 5 tokens (BOS included)
+    assert run.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--input_text #1 has 5 tokens, more than the TensorRT-LLM engine's max_input_len of 4" in err
+    assert "rebuild the engine with a larger max_input_len" in err and not fake_trtllm
+    ref = run_main(trtllm_engine, tmp_path / "ref.json", ["hello", "the engine runs"], *runner_flag)  # 2 and 4 fit
+    assert [len(r["input_ids"]) for r in ref["results"]] == [2, 4]
+
+
+def test_engine_max_input_len_comes_from_the_engine_then_its_config(trtllm_engine):
+    config = engine.read_engine_config(trtllm_engine)
+    assert run.engine_max_input_len(config) == load_profile("gpu-trtllm")["max_input_len"]  # no build_config entry
+    (trtllm_engine / "config.json").write_text(json.dumps({"build_config": {"max_input_len": 512}}))
+    assert run.engine_max_input_len(config) == 512
+    assert run.engine_max_input_len({"engine": "vllm", "max_model_len": 512}) is None
 
 
 def test_engine_max_batch_size_comes_from_the_engines_config(tmp_path):

@@ -7,7 +7,8 @@ The fakes take the arguments that TensorRT-LLM@v0.17.0 takes and refuse what it 
   tensorrt_llm/runtime/model_runner_cpp.py and model_runner.py (``from_dir``), as
   examples/run.py passes them; ``ModelRunnerCpp`` takes ``max_batch_size`` at most the engine's.
 * ``generate``: ``ModelRunnerMixin._check_inputs`` (tensorrt_llm/runtime/model_runner.py) raises
-  for a batch larger than ``max_batch_size``; the result dict holds ``sequence_lengths`` only with
+  for a batch larger than ``max_batch_size`` and for a prompt longer than the engine's
+  ``build_config.max_input_len`` (where the engine's config.json gives one); the result dict holds ``sequence_lengths`` only with
   ``output_sequence_lengths=True``; ``output_ids[b][beam]`` is the prompt, then the new tokens, then
   padding up to the longest sequence.
 
@@ -39,8 +40,12 @@ def expected_new_tokens(prompt_ids: list[int], max_new_tokens: int, end_id: int)
     return tokens
 
 
+def engine_build(engine_dir: str) -> dict:
+    return json.loads((Path(engine_dir) / "config.json").read_text())["build_config"]
+
+
 def engine_max_batch(engine_dir: str) -> int:
-    return json.loads((Path(engine_dir) / "config.json").read_text())["build_config"]["max_batch_size"]
+    return engine_build(engine_dir)["max_batch_size"]
 
 
 class _Runner:
@@ -55,6 +60,9 @@ class _Runner:
         if batch_size > self.max_batch_size:  # ModelRunnerMixin._check_inputs
             raise RuntimeError(f"Input batch size ({batch_size}) exceeds the engine or specified limit "
                                f"({self.max_batch_size})")
+        longest, limit = max(len(ids) for ids in batch_input_ids), engine_build(self.engine_dir).get("max_input_len")
+        if limit and longest > limit:
+            raise RuntimeError(f"Maximum input length ({longest}) exceeds the engine or specified limit ({limit})")
         end_id, pad_id = kwargs["end_id"], kwargs["pad_id"]
         rows, lengths = [], []
         for ids in batch_input_ids:
@@ -90,7 +98,7 @@ def make_modules(python_bindings: bool = True) -> tuple[types.ModuleType, types.
                           "max_batch_size": max_batch_size, "max_input_len": max_input_len,
                           "max_output_len": max_output_len, "max_beam_width": max_beam_width}))
             runner = cls()
-            runner.max_batch_size = max_batch_size or engine
+            runner.max_batch_size, runner.engine_dir = max_batch_size or engine, engine_dir
             return runner
 
         def generate(self, batch_input_ids, *, max_new_tokens=1, end_id=None, pad_id=None, return_dict=False,
@@ -105,7 +113,7 @@ def make_modules(python_bindings: bool = True) -> tuple[types.ModuleType, types.
                      medusa_choices=None, gpu_weights_percent=1):
             calls.append(("from_dir", cls.__name__, {"engine_dir": engine_dir, "rank": rank}))
             runner = cls()
-            runner.max_batch_size = engine_max_batch(engine_dir)
+            runner.max_batch_size, runner.engine_dir = engine_max_batch(engine_dir), engine_dir
             return runner
 
         def generate(self, batch_input_ids, sampling_config=None, streaming=False, **kwargs):

@@ -61,6 +61,30 @@ def test_make_tiny_llama_is_deterministic(made):
     assert (out / "a" / "tokenizer.json").read_bytes() == (out / "b" / "tokenizer.json").read_bytes()
 
 
+@pytest.mark.parametrize("version, keyword", [("4.47.1", "torch_dtype"), (None, "dtype")])
+def test_greedy_hf_loads_with_the_dtype_keyword_of_the_installed_transformers(made, monkeypatch, version, keyword):
+    """transformers 4.47 (the TensorRT-LLM container's) raises TypeError for ``dtype=``; the installed
+    transformers accepts both, so the load really runs with each keyword."""
+    import torch
+    import transformers
+
+    if version is not None:
+        monkeypatch.setattr(transformers, "__version__", version)
+    real = transformers.LlamaForCausalLM.from_pretrained.__func__
+    seen = []
+
+    def spy(cls, *args, **kwargs):
+        seen.append(kwargs)
+        model = real(cls, *args, **kwargs)
+        seen.append(model.dtype)
+        return model
+
+    monkeypatch.setattr(transformers.LlamaForCausalLM, "from_pretrained", classmethod(spy))
+    out, _ = made
+    assert isinstance(tiny_model.greedy_hf(out / "a", "Ray Serve", max_new_tokens=2), str)
+    assert seen == [{keyword: torch.float32}, torch.float32]
+
+
 def test_prepare_model_for_gpu_profile_says_how_to_get_llama(build_root, monkeypatch, tmp_path):
     monkeypatch.setenv("LLAMA_MODEL_DIR", str(tmp_path / "absent"))
     with pytest.raises(ModelNotFound, match=r"huggingface-cli download meta-llama/Llama-3.2-1B-Instruct.*LLAMA_MODEL_DIR"):

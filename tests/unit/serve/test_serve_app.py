@@ -252,6 +252,28 @@ def test_a_replica_can_call_the_engine_model_itself(serve_repo, started):
         serve_app.TritonReplica(str(serve_repo), "tiny-llama", triton_model="vllm_model")
 
 
+@pytest.mark.parametrize("triton_model", ["ensemble", "engine"])
+def test_a_prompt_longer_than_a_tensorrt_llm_engines_max_input_len_gets_a_400_naming_it(build_root, started,
+                                                                                        triton_model):
+    """A TensorRT-LLM engine takes prompts of at most max_input_len tokens (trtllm-build); its executor
+    throws on a longer one and Triton answers 500. The replica refuses it first, in both modes."""
+    profile = load_profile("gpu-trtllm")
+    engine.write_engine_config(profile)
+    serve_app.fill_serve_repository(profile)
+    replica = serve_app.TritonReplica(str(serve_app.serve_repo_dir(profile)), "llama", 16, mode="managed",
+                                      triton_model=triton_model)
+    limit = profile["max_input_len"]
+    assert replica.service.facts.max_input_len == limit < replica.service.facts.max_model_len
+    with routes_answered_by(replica.service) as app, TestClient(app) as http:
+        too_long = http.post("/v1/completions", json={"prompt": "x" * limit, "max_tokens": 8})  # BOS + limit tokens
+        error = openai_error(too_long, 400)
+        assert error["code"] == "context_length_exceeded" and error["param"] == "prompt"
+        assert f"the prompt has {limit + 1} tokens, more than the engine's max_input_len of {limit}" in error["message"]
+        assert not replica.service.backend.calls
+        fits = http.post("/v1/completions", json={"prompt": "x" * (limit - 1), "max_tokens": 8})
+        assert fits.status_code == 200 and len(replica.service.backend.calls) == 1
+
+
 def test_a_replica_attaches_to_a_shared_triton(serve_repo, started):
     serve_app.TritonReplica(str(serve_repo), "tiny-llama", mode="attached", triton_url="127.0.0.1:8001")
     assert started["backend"][2] == "attached" and started["triton_url"] == "127.0.0.1:8001"

@@ -23,7 +23,18 @@ from scripts.triton.engine_request import (ENGINE_OUTPUTS, EngineModelRequest, e
                                    tritonclient_args)
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile, read_model_config
 
+from fakes import FakeTokenizer, install_model
+
 PROMPT = [1, 15, 27, 9]
+
+
+@pytest.fixture(autouse=True)
+def tokenizer_in_place(tiny_llama, build_root, monkeypatch):
+    """Each profile's model folder holds a tokenizer (the session's tiny Llama): a request takes its EOS
+    id from the tokenizer the repository's preprocessing model names."""
+    monkeypatch.setenv("LLAMA_MODEL_DIR", str(build_root / "llama"))
+    for name in ("cpu", "gpu-trtllm"):
+        install_model(tiny_llama, load_profile(name))
 
 
 def fill(profile_name: str, build_root: Path, decoupled: bool = False) -> Path:
@@ -49,7 +60,7 @@ def test_request_fills_the_required_inputs_the_engine_config_declares(repo):
     req = engine_model_request(repo, PROMPT, 16)
     config = read_model_config(repo, req.model_name)
     assert req.model_name == {"vllm": "vllm_engine", "tensorrtllm": "tensorrt_llm"}[config.backend]
-    assert set(req.inputs) == {"input_ids", "input_lengths", "request_output_len"}
+    assert set(req.inputs) == {"input_ids", "input_lengths", "request_output_len", "end_id", "pad_id"}
     assert {t.name for t in config.input if not t.optional} <= set(req.inputs)
     assert req.inputs["input_ids"].tolist() == [PROMPT]  # a batch of one, unpadded
     assert req.inputs["input_lengths"].tolist() == [[4]] and req.inputs["request_output_len"].tolist() == [[16]]
@@ -120,7 +131,8 @@ def test_bad_requests_and_configs_are_refused(repo):
     text = path.read_text()
     beam_width = '{ name: "beam_width" data_type: TYPE_INT32 dims: [ 1 ]%s }, { name: "end_id" data_type: TYPE_INT32 dims: [ 1 ]'
     path.write_text(text.replace('{ name: "end_id" data_type: TYPE_INT32 dims: [ 1 ]', beam_width % " optional: true", 1))
-    assert engine_model_request(repo, PROMPT, 8).inputs.keys() == {"input_ids", "input_lengths", "request_output_len"}
+    assert engine_model_request(repo, PROMPT, 8).inputs.keys() == {"input_ids", "input_lengths", "request_output_len",
+                                                                   "end_id", "pad_id"}
     path.write_text(text.replace('{ name: "end_id" data_type: TYPE_INT32 dims: [ 1 ]', beam_width % "", 1))
     with pytest.raises(ValueError, match="requires input 'beam_width'"):
         engine_model_request(repo, PROMPT, 8)
@@ -143,10 +155,35 @@ def test_tritonclient_args(protocol, build_root):
     req = engine_model_request(fill("gpu-trtllm", build_root), PROMPT, 8)
     inputs, outputs = tritonclient_args(req, module)
     assert [(i.name(), i.datatype(), i.shape()) for i in inputs] == [
-        ("input_ids", "INT32", [1, 4]), ("input_lengths", "INT32", [1, 1]), ("request_output_len", "INT32", [1, 1])]
+        ("input_ids", "INT32", [1, 4]), ("input_lengths", "INT32", [1, 1]), ("request_output_len", "INT32", [1, 1]),
+        ("end_id", "INT32", [1, 1]), ("pad_id", "INT32", [1, 1])]  # backend@v0.17.0 config.pbtxt: INT32 [1], optional
     assert [o.name() for o in outputs] == ["output_ids", "sequence_length"]
 
 
 def test_request_is_plain_data():
     req = EngineModelRequest("m", {}, ("output_ids",), 2, True)
     assert generated_ids(req, {"output_ids": np.array([[[5, 6, 7, 8]]])}) == [7, 8]  # no sequence_length: all ids
+
+
+def test_a_request_stops_at_the_eos_of_the_repositorys_tokenizer_as_run_py_does(repo, tiny_llama):
+    """run.py passes the tokenizer's EOS as end_id; without one TensorRT-LLM's executor generates to
+    request_output_len (backend@v0.17.0 utils.cc: an absent end_id reaches executor::Request as none)."""
+    from scripts.model.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(tiny_llama)
+    req = engine_model_request(repo, PROMPT, 8)
+    assert req.inputs["end_id"].tolist() == [[tok.eos_token_id]] and req.inputs["end_id"].dtype == np.int32
+    assert req.inputs["pad_id"].tolist() == [[tok.pad_token_id]]
+    assert engine_model_request(repo, PROMPT, 8, ignore_eos=True).inputs["end_id"].tolist() == [[-1]]
+    fake = engine_model_request(repo, PROMPT, 8, tokenizer=FakeTokenizer())  # no pad token: EOS pads
+    assert fake.inputs["end_id"].tolist() == fake.inputs["pad_id"].tolist() == [[FakeTokenizer.eos_token_id]]
+
+
+def test_a_repository_without_its_tokenizer_says_what_to_make(repo, tiny_llama):
+    import shutil
+
+    from scripts.triton.repository.fill import repository_facts
+
+    shutil.rmtree(repository_facts(repo).tokenizer_dir)
+    with pytest.raises(ValueError, match=r"no tokenizer at .*EOS id.*notebook 00_check_environment"):
+        engine_model_request(repo, PROMPT, 8)
