@@ -115,7 +115,7 @@ def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction
         raise ValueError(f"instance count must be 1 or more, got {count!r}")
     engine_dir = profile.path("engine_dir")
     config = read_engine_config(engine_dir)
-    settings = RepoSettings(engine_instance_count=int(count))
+    settings = RepoSettings.for_profile(profile, engine_instance_count=int(count))
     if fraction is not None:
         if not 0 < fraction < 1:
             raise ValueError(f"kv_cache_free_gpu_mem_fraction must be within (0, 1), got {fraction!r}")
