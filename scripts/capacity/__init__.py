@@ -22,7 +22,7 @@ The GPU memory of Triton model instances (``instance_group { count }``) is
 :mod:`scripts.triton.memory`; the command line checks both.
 """
 from scripts.capacity.check import check_capacity
-from scripts.capacity.cluster import Cluster, Node, cluster_from_ray, parse_cluster
+from scripts.capacity.cluster import Cluster, Node, absent_accelerator_type, cluster_from_ray, parse_cluster
 from scripts.capacity.findings import Finding, Shortage
 from scripts.capacity.keycheck import check_serve_keys, serve_key_findings, upgrade_serve_keys
 from scripts.capacity.renamed import KEY_CHANGES, KeyChange
@@ -31,6 +31,6 @@ from scripts.capacity.spec import DeploymentSpec, parse_serve_config
 from scripts.capacity.units import CapacityConfigError, format_bytes, parse_memory
 
 __all__ = ["KEY_CHANGES", "CapacityConfigError", "CapacityReport", "Cluster", "DeploymentResult", "DeploymentSpec",
-           "Finding", "KeyChange", "Node", "NodeUsage", "Shortage", "check_capacity", "check_serve_keys",
+           "Finding", "KeyChange", "Node", "NodeUsage", "Shortage", "absent_accelerator_type", "check_capacity", "check_serve_keys",
            "cluster_from_ray", "format_bytes", "parse_cluster", "parse_memory", "parse_serve_config",
            "serve_key_findings", "upgrade_serve_keys"]

@@ -14,6 +14,10 @@ from scripts.capacity.units import (CapacityConfigError, fmt_resources, parse_me
                                     require_number, require_string)
 
 _NODE_KEYS = ("name", "CPU", "GPU", "memory", "resources", "accelerator_type")
+#: The prefix of the resource Ray adds to nodes whose GPUs it detects (``accelerator_type:H100``).
+ACCELERATOR_PREFIX = "accelerator_type:"
+#: GPU models Ray names (``ray.util.accelerators``), tried in this order for one the cluster lacks.
+KNOWN_ACCELERATORS = ("A100", "H100", "H200", "L4", "T4", "V100", "A10G", "L40S")
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,11 @@ class Cluster:
     def has_resource(self, key: str) -> bool:
         return any(n.all_resources.get(key, 0) > 0 for n in self.nodes)
 
+    def accelerator_types(self) -> list[str]:
+        """The ``accelerator_type`` names its nodes declare (``H100`` for ``accelerator_type:H100``), sorted."""
+        return sorted({k[len(ACCELERATOR_PREFIX):] for n in self.nodes for k, v in n.resources.items()
+                       if k.startswith(ACCELERATOR_PREFIX) and v > 0})
+
     def anonymized(self) -> "Cluster":
         """The same resources with node names ``node0``, ``node1``... and memory left out: what a
         notebook prints of a live cluster without machine-specific values. Nodes come in a stable order
@@ -59,6 +68,22 @@ class Cluster:
         for node in self.nodes:
             lines.append(f"  {node.name}: {fmt_resources(node.all_resources)}")
         return "\n".join(lines)
+
+
+def absent_accelerator_type(cluster: Cluster, wanted: str | None = None) -> str:
+    """An ``accelerator_type`` no node of ``cluster`` has: ``wanted`` if given (refused when a node has it),
+    else the first of :data:`KNOWN_ACCELERATORS` that none has."""
+    present = cluster.accelerator_types()
+    if wanted is not None:
+        name = require_string(wanted, "accelerator type")
+        if name in present:
+            raise ValueError(f"accelerator_type {name!r} is present in this cluster (it has {present}): name one it "
+                             "lacks, or leave it None to have one derived")
+        return name
+    for name in KNOWN_ACCELERATORS:
+        if name not in present:
+            return name
+    raise ValueError(f"this cluster has every accelerator type of {KNOWN_ACCELERATORS}: name one it lacks")
 
 
 def parse_cluster(data: Any) -> Cluster:

@@ -112,6 +112,17 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
     raise EngineConfigError(f"profile {profile.name!r} names an unknown engine {profile.engine!r}")
 
 
+def engine_batch(profile: Profile) -> int:
+    """The most sequences the profile's engine runs in one step: TensorRT-LLM's ``max_batch_size`` (built
+    into the engine by ``trtllm-build``), vLLM's and transformers' ``max_num_seqs``. A Serve replica should
+    hold no more ongoing requests than this (``serve_max_ongoing_requests``): the rest wait in Serve's queue."""
+    key = "max_batch_size" if profile.engine == "tensorrt_llm" else "max_num_seqs"
+    value = profile[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise EngineConfigError(f"profile {profile.name!r}: {key} must be a whole number of at least 1, got {value!r}")
+    return value
+
+
 def vllm_gpu_settings(profile: Profile) -> dict[str, Any]:
     """The GPU-only vLLM settings a profile sets (none on ``cpu``, so its engine config stays as it was)."""
     out: dict[str, Any] = {}

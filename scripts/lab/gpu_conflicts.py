@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from scripts.profiles import Profile
+from scripts.triton.backends import IN_SERVER, IN_STUBS
 
 #: Triton's log lines that say why a model did not load.
 _REASON = re.compile(r"(out of memory|OutOfMemory|UNAVAILABLE|failed to load)")
@@ -115,7 +116,7 @@ def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction
         raise ValueError(f"instance count must be 1 or more, got {count!r}")
     engine_dir = profile.path("engine_dir")
     config = read_engine_config(engine_dir)
-    settings = RepoSettings(engine_instance_count=int(count))
+    settings = RepoSettings.for_profile(profile, engine_instance_count=int(count))
     if fraction is not None:
         if not 0 < fraction < 1:
             raise ValueError(f"kv_cache_free_gpu_mem_fraction must be within (0, 1), got {fraction!r}")
@@ -132,20 +133,25 @@ def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction
 
 @dataclass
 class TritonLoad:
-    """How one Triton start went: ready or not, Triton's error lines, GPU memory per instance."""
+    """How one Triton start went: ready or not, Triton's error lines, the GPU memory of the processes that
+    hold the engine's instances (:mod:`scripts.triton.backends`: one stub per instance, or tritonserver's own)."""
 
     loaded: bool
     seconds: float
     errors: list[str] = field(default_factory=list)
-    instance_bytes: list[int] = field(default_factory=list)   # per stub process, sorted
+    process_bytes: list[int] = field(default_factory=list)   # per process holding instances, sorted
+    instances_in: str = IN_STUBS
 
     def format(self) -> str:
-        if self.loaded and not self.instance_bytes:
+        if self.loaded and not self.process_bytes:
             return "Triton ready (the model loaded)"
+        if self.loaded and self.instances_in == IN_SERVER:
+            return (f"Triton ready: the instances run inside tritonserver's own process, which holds "
+                    f"{sum(self.process_bytes) / 2**30:.1f} GiB on the GPU")
         if self.loaded:
-            each = ", ".join(f"{b / 2**30:.1f}" for b in self.instance_bytes)
-            return (f"Triton ready: {len(self.instance_bytes)} instance(s) on the GPU holding [{each}] GiB "
-                    f"({sum(self.instance_bytes) / 2**30:.1f} GiB in all)")
+            each = ", ".join(f"{b / 2**30:.1f}" for b in self.process_bytes)
+            return (f"Triton ready: {len(self.process_bytes)} instance(s) on the GPU holding [{each}] GiB "
+                    f"({sum(self.process_bytes) / 2**30:.1f} GiB in all)")
         return "Triton did not load the model:\n" + "\n".join(f"  {line}" for line in self.errors)
 
 
@@ -165,8 +171,12 @@ def error_lines(log: str, limit: int = 6) -> list[str]:
 
 
 def load_triton(repo: Path, timeout_s: float = 300,
-                measure: Callable[[], dict[int, int]] | None = memory_by_pid) -> TritonLoad:
-    """Start Triton on ``repo``; on success measure each instance's GPU memory, then stop it."""
+                measure: Callable[[], dict[int, int]] | None = memory_by_pid, instances_in: str = IN_STUBS) -> TritonLoad:
+    """Start Triton on ``repo``; on success measure the GPU memory of the processes holding the engine's
+    instances (``instances_in``: one stub each, or tritonserver's own process; the engine's
+    :func:`scripts.triton.backends.engine_backend`), then stop it."""
+    if instances_in not in (IN_STUBS, IN_SERVER):
+        raise ValueError(f"instances_in must be {IN_STUBS!r} or {IN_SERVER!r}, got {instances_in!r}")
     from scripts.triton.server import TritonServer, TritonStartError  # noqa: PLC0415
 
     server = TritonServer(repo, exit_timeout_s=5)
@@ -181,9 +191,10 @@ def load_triton(repo: Path, timeout_s: float = 300,
         return TritonLoad(False, time.monotonic() - start, error_lines(log) or str(exc).splitlines()[-3:])
     try:
         seconds = time.monotonic() - start
-        members = set(server.group_members()) - {server.pid}  # the stubs: one per instance (the server holds a context)
+        # stubs: one per instance (the server holds only a context); in the server: the server itself
+        holders = {server.pid} if instances_in == IN_SERVER else set(server.group_members()) - {server.pid}
         per_pid = measure() if measure else {}
-        return TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in members))
+        return TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in holders), instances_in)
     finally:
         server.stop()
 

@@ -41,8 +41,8 @@ def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None
     to its running batch at the next step, and costs each request that time before its first token
     (notebook 07: the engine model's TTFT at concurrency 1, about 10 ms more with 10,000).
     ``output_dir``: another place than :func:`serve_repo_dir` (notebook 07's larger model)."""
-    settings = settings or RepoSettings(decoupled_mode=True,
-                                        max_queue_delay_microseconds=profile["serve_max_queue_delay_microseconds"])
+    settings = settings or RepoSettings.for_profile(
+        profile, decoupled_mode=True, max_queue_delay_microseconds=profile["serve_max_queue_delay_microseconds"])
     return fill_for_profile(profile, settings, output_dir=output_dir or serve_repo_dir(profile))
 
 

@@ -5,7 +5,8 @@ Two ways to own Triton, chosen by :func:`make_backend`:
 * **in-process** (:class:`InProcessTriton`): the ``tritonserver`` Python API embeds the server
   in the replica's own process (``tritonserver.Server(...)``, ``server.model("ensemble")``).
   The module ships inside the NGC Triton containers only (PyPI has a placeholder), so ``auto``
-  picks it where it imports.
+  picks it where it imports (:func:`resolve_mode`). It has no PID, ports or shared-memory prefix of its
+  own: what needs them asks :func:`own_process_mode` first.
 * **managed process** (:class:`ManagedTriton`): the replica starts ``tritonserver`` with the
   launcher of notebook 04 (:class:`scripts.triton.server.TritonServer`: free ports on
   127.0.0.1, its own shared-memory prefix, stopped by its process group) and talks to it with
@@ -321,6 +322,30 @@ class ManagedTriton(AttachedTriton):
         self.server.stop()
 
 
+#: The ways :func:`make_backend` owns (or reaches) Triton.
+TRITON_MODES = ("auto", "in-process", "managed", "attached")
+
+
+def resolve_mode(mode: str) -> str:
+    """The mode :func:`make_backend` runs for ``mode``: ``auto`` is ``in-process`` where the ``tritonserver``
+    module imports (the NGC containers install its wheel: server@r25.02 ``build.py``), else ``managed``."""
+    if mode not in TRITON_MODES:
+        raise ValueError(f"mode must be auto, in-process, managed or attached, got {mode!r}")
+    if mode == "auto":
+        return "in-process" if in_process_available() else "managed"
+    return mode
+
+
+def own_process_mode(mode: str, why: str) -> str:
+    """``mode`` resolved, where it gives each replica a ``tritonserver`` process of its own (``managed``: a PID,
+    ports, a shared-memory prefix); any other refused with ``why`` (what needs the process) and the fix."""
+    resolved = resolve_mode(mode)
+    if resolved != "managed":
+        where = " (auto, where the tritonserver module imports)" if mode == "auto" else ""
+        raise ValueError(f"TRITON_MODE={mode!r} runs Triton {resolved}{where}, but {why}: use TRITON_MODE='managed'")
+    return resolved
+
+
 def make_backend(model_repository: str | Path, model_name: str = "ensemble", mode: str = "auto",
                  ready_timeout_s: float = 600, triton_url: str | None = None) -> TritonLLM:
     """``mode``: ``auto`` (in-process where ``tritonserver`` imports, else a managed process),
@@ -330,13 +355,12 @@ def make_backend(model_repository: str | Path, model_name: str = "ensemble", mod
     if not (repo / model_name / "config.pbtxt").is_file():
         raise FileNotFoundError(f"{repo} has no model {model_name!r}: fill the repository first (notebook 02, or "
                                 "scripts.triton.repository.fill.fill_for_profile)")
-    if mode not in ("auto", "in-process", "managed", "attached"):
-        raise ValueError(f"mode must be auto, in-process, managed or attached, got {mode!r}")
+    mode = resolve_mode(mode)
     if (mode == "attached") != bool(triton_url):
         raise ValueError("mode 'attached' takes the running Triton's gRPC address as triton_url (host:port), and "
                          "only that mode does")
     if mode == "attached":
         return AttachedTriton(str(triton_url), repo, model_name)
-    if mode == "in-process" or (mode == "auto" and in_process_available()):
+    if mode == "in-process":
         return InProcessTriton(repo, model_name)
     return ManagedTriton(repo, model_name, ready_timeout_s)

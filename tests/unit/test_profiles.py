@@ -56,3 +56,32 @@ def test_with_settings_replaces_only_what_it_is_given(build_root):
     assert p["model_dir"] == "models/tiny-llama"  # the profile itself is unchanged
     with pytest.raises(KeyError, match="no setting"):
         p.with_settings(model_dri="models/other")
+
+
+@pytest.mark.parametrize("name", available_profiles())
+def test_serve_targets_stay_within_the_engines_batch(name):
+    """A replica's Triton runs at most the engine's batch at once (TensorRT-LLM's max_batch_size, vLLM's and
+    transformers' max_num_seqs): Serve's target must be reachable within it, and what a replica holds beyond
+    the batch would only queue behind the engine's slots instead of in Serve's queue."""
+    from scripts.engine.config import engine_batch
+
+    profile = load_profile(name)
+    batch = engine_batch(profile)
+    target, most = profile["serve_target_ongoing_requests"], profile["serve_max_ongoing_requests"]
+    assert target <= most <= batch, (f"{name}: serve_target_ongoing_requests {target} <= serve_max_ongoing_requests "
+                                     f"{most} <= the engine's batch {batch} does not hold")
+
+
+def test_gpu_trtllm_fills_triton_with_the_engines_batch():
+    """gpu-trtllm builds and fills as tensorrtllm_backend v0.17.0's docs/llama.md does (max_batch_size 64,
+    triton_max_batch_size:64); the other profiles keep RepoSettings' default."""
+    from scripts.triton.repository.fill import RepoSettings, template_values
+
+    trtllm = load_profile("gpu-trtllm")
+    settings = RepoSettings.for_profile(trtllm, decoupled_mode=True)
+    assert settings.triton_max_batch_size == trtllm["triton_max_batch_size"] == trtllm["max_batch_size"]
+    assert settings.decoupled_mode
+    values = template_values({"engine": "tensorrt_llm", "model_dir": "/m", "max_seq_len": 2048, "max_input_len": 1024,
+                              "_engine_dir": "/e"}, settings)
+    assert {v["triton_max_batch_size"] for v in values.values()} == {trtllm["triton_max_batch_size"]}
+    assert RepoSettings.for_profile(load_profile("cpu")) == RepoSettings()

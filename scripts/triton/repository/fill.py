@@ -38,6 +38,12 @@ class RepoSettings:
     add_special_tokens: bool = True
     skip_special_tokens: bool = True
 
+    @classmethod
+    def for_profile(cls, profile: Profile, **overrides: Any) -> "RepoSettings":
+        """The defaults, with the profile's ``triton_max_batch_size`` where it sets one (gpu-trtllm)."""
+        batch = profile.get("triton_max_batch_size")
+        return cls(**({"triton_max_batch_size": int(batch)} if batch is not None else {}) | overrides)
+
 
 def repo_dir(profile: Profile) -> Path:
     return triton_repo_dir(profile.name)
@@ -114,10 +120,12 @@ def standalone_arguments(engine_config: dict[str, Any], checkpoint: str | Path |
     return kwargs | {"model": str(checkpoint), "tokenizer": str(checkpoint), "max_model_len": limit}
 
 
-def fill_for_profile(profile: Profile, settings: RepoSettings = RepoSettings(), output_dir: Path | None = None,
+def fill_for_profile(profile: Profile, settings: RepoSettings | None = None, output_dir: Path | None = None,
                      engine_dir: Path | None = None, models: list[str] | None = None) -> dict[str, Any]:
     """Fill the profile's models into ``build/triton_repo/<profile>``; returns what was written.
-    ``engine_dir`` replaces the profile's engine directory; ``models`` fills only those models."""
+    ``settings``: None gives :meth:`RepoSettings.for_profile`; ``engine_dir`` replaces the profile's
+    engine directory; ``models`` fills only those models."""
+    settings = settings or RepoSettings.for_profile(profile)
     engine_dir = engine_dir or profile.path("engine_dir")
     engine_config = read_engine_config(engine_dir) | {"_engine_dir": str(engine_dir)}
     values = template_values(engine_config, settings)

@@ -76,3 +76,25 @@ def test_anonymized_cluster_orders_nodes_by_their_resources():
     from scripts.capacity import Cluster, Node
     shown = Cluster((Node("b", cpu=2), Node("a", cpu=8, gpu=2), Node("c", cpu=4))).anonymized()
     assert [(n.name, n.gpu, n.cpu) for n in shown.nodes] == [("node0", 2, 8), ("node1", 0, 4), ("node2", 0, 2)]
+
+
+def test_absent_accelerator_type_is_one_no_node_has():
+    from scripts.capacity import absent_accelerator_type
+    from scripts.capacity.cluster import KNOWN_ACCELERATORS
+
+    # An A100 host: Ray adds accelerator_type:A100, so the type to ask for must be another one.
+    a100 = Cluster((Node("gpu", 8, 1, resources={"accelerator_type:A100": 1.0}), Node("cpu", 4)))
+    assert a100.accelerator_types() == ["A100"]
+    assert absent_accelerator_type(a100) not in a100.accelerator_types()
+    picked = absent_accelerator_type(a100)
+    assert not check_capacity([dep("P", 1, accelerator_type=picked)], a100).ok
+    assert check_capacity([dep("P", 1, accelerator_type="A100")], a100).ok
+    # logical GPUs: no accelerator_type at all
+    assert absent_accelerator_type(Cluster((Node("n", 2, 2),))) == KNOWN_ACCELERATORS[0]
+    # an override is kept when absent, refused when present
+    assert absent_accelerator_type(a100, "H100") == "H100"
+    with pytest.raises(ValueError, match="'A100' is present in this cluster"):
+        absent_accelerator_type(a100, "A100")
+    every = Cluster((Node("n", 2, 1, resources={f"accelerator_type:{a}": 1.0 for a in KNOWN_ACCELERATORS}),))
+    with pytest.raises(ValueError, match="has every accelerator type"):
+        absent_accelerator_type(every)

@@ -69,7 +69,8 @@ def test_vllm_kwargs_and_environment():
 def test_trtllm_commands_follow_the_llama_guide(build_root, monkeypatch):
     monkeypatch.setenv("LLAMA_MODEL_DIR", "/models/llama")
     monkeypatch.setenv("TRTLLM_EXAMPLES_DIR", "/opt/trtllm/examples")
-    convert, build = engine.trtllm_build_commands(load_profile("gpu-trtllm"))
+    profile = load_profile("gpu-trtllm")
+    convert, build = engine.trtllm_build_commands(profile)
     assert convert[:2] == ["python3", "/opt/trtllm/examples/llama/convert_checkpoint.py"]
     c = shlex.join(convert)
     assert "--model_dir /models/llama" in c and "--dtype float16" in c and "--tp_size 1" in c
@@ -78,7 +79,7 @@ def test_trtllm_commands_follow_the_llama_guide(build_root, monkeypatch):
     assert build[0] == "trtllm-build"
     assert f"--checkpoint_dir {build_root}/engine/trtllm_ckpt" in b
     assert f"--output_dir {build_root}/engine/trtllm" in b
-    assert "--gemm_plugin auto" in b and "--max_batch_size 4" in b
+    assert "--gemm_plugin auto" in b and f"--max_batch_size {profile['max_batch_size']}" in b
 
 
 def test_gpu_build_without_tensorrt_llm_says_where_to_run(build_root, monkeypatch):

@@ -262,3 +262,48 @@ def test_attached_triton_calls_a_running_triton_and_never_stops_it(monkeypatch, 
     assert backend.stop() is None  # the Triton is its owner's: nothing stopped, nothing closed
     assert not backend.model_client.closed and asyncio.run(ready_and_chunks()) == (True, CHUNKS)
     assert backend.model_client.requests == 2
+
+
+@pytest.mark.parametrize("importable, auto", [(True, "in-process"), (False, "managed")])
+def test_auto_resolves_to_in_process_exactly_where_tritonserver_imports(monkeypatch, importable, auto):
+    from scripts.triton import client
+
+    monkeypatch.setattr(client, "in_process_available", lambda: importable)
+    assert client.resolve_mode("auto") == auto
+    assert [client.resolve_mode(m) for m in ("in-process", "managed", "attached")] == ["in-process", "managed", "attached"]
+    with pytest.raises(ValueError, match="auto, in-process, managed or attached"):
+        client.resolve_mode("remote")
+
+
+def test_a_notebook_that_needs_triton_s_process_refuses_in_process(monkeypatch):
+    """In the NGC container (tritonserver importable) auto would embed Triton in the replica: no PID to kill,
+    no gRPC port to call. Refused up front with the fix, not with a KeyError sections later."""
+    from scripts.triton import client
+
+    monkeypatch.setattr(client, "in_process_available", lambda: True)
+    assert client.own_process_mode("managed", "section 11 kills it") == "managed"
+    for mode in ("auto", "in-process"):
+        with pytest.raises(ValueError, match=rf"TRITON_MODE='{mode}' runs Triton in-process.*section 11 kills it: "
+                                             r"use TRITON_MODE='managed'"):
+            client.own_process_mode(mode, "section 11 kills it")
+    monkeypatch.setattr(client, "in_process_available", lambda: False)
+    assert client.own_process_mode("auto", "section 11 kills it") == "managed"
+
+
+def test_notebook_05_runs_a_triton_process_of_its_own_where_tritonserver_imports(monkeypatch):
+    """Notebook 05 kills its replica's Triton by PID and benchmarks its gRPC port: its TRITON_MODE must give a
+    managed process in the NGC container too, where the tritonserver module imports."""
+    import ast
+    import json
+
+    from scripts.paths import NOTEBOOK_DIR
+    from scripts.triton import client
+
+    cells = json.loads((NOTEBOOK_DIR / "05_serve_with_ray.ipynb").read_text())["cells"]
+    params = next("".join(c["source"]) for c in cells if "parameters" in c["metadata"].get("tags", []))
+    (mode,) = [ast.literal_eval(n.value) for n in ast.parse(params).body if isinstance(n, ast.Assign)
+               and [t.id for t in n.targets] == ["TRITON_MODE"]]
+    monkeypatch.setattr(client, "in_process_available", lambda: True)
+    assert client.own_process_mode(mode, "notebook 05 kills its process") == "managed"
+    code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert "own_process_mode(TRITON_MODE" in code and '"mode": TRITON_MODE' not in code
