@@ -22,6 +22,18 @@ ENGINE_DIR = "engine/vllm-larger"
 SERVED_NAME = "larger-llama"
 
 
+def skip_reason(profile: Profile, smoke: bool, wanted: bool = True) -> str | None:
+    """Why notebook 07 does not measure the larger model (None: it does). The point exists for a CPU
+    profile, whose tiny model makes a token nearly free; a GPU profile serves a real-sized model already."""
+    if smoke:
+        return "SMOKE (make bench measures the larger model)"
+    if not wanted:
+        return "LARGER_MODEL is False"
+    if not profile["logical_gpus"]:
+        return f"profile {profile.name!r} serves a model of real size on a real GPU already"
+    return None
+
+
 def larger_profile(profile: Profile) -> Profile:
     """``profile`` with the larger model: its own model and engine directories and served name;
     every engine setting (dtype, max_model_len, max_num_seqs, KV cache) stays the profile's."""

@@ -26,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,50 @@ def per_request_stream_interval(vllm_dir: str | Path | None = None) -> bool:
         raise RuntimeError(f"{vllm_dir}/sampling_params.py defines no SamplingParams: a vLLM this tutorial does not know")
     return any(isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == "stream_interval"
                for n in cls.body)
+
+
+def one_engine_at_a_time(profile: Profile) -> bool:
+    """Whether the profile's engines share a real GPU, where each must be ready before the next starts:
+    vLLM checks the GPU's free memory as it starts and profiles its own use against it, so another
+    engine claiming memory at that moment upsets both (on a CPU or with logical GPUs they start together)."""
+    return not profile["logical_gpus"]
+
+
+def triton_load_args(profile: Profile) -> tuple[str, ...]:
+    """Triton flags that load its models one after the other where :func:`one_engine_at_a_time`
+    (Triton loads up to four models at once by default: ``--model-load-thread-count``)."""
+    return ("--model-load-thread-count=1",) if one_engine_at_a_time(profile) else ()
+
+
+def start_beside(vllm: "VllmServer", triton, timeout_s: float, *, one_at_a_time: bool) -> float:
+    """Start ``vllm serve`` and a :class:`scripts.triton.server.TritonServer`; the seconds until both
+    were ready. Side by side, or ``vllm serve`` first and Triton once it is ready (``one_at_a_time``)."""
+    started = time.monotonic()
+    if one_at_a_time:
+        vllm.start(timeout_s)
+        triton.start(timeout_s=timeout_s, retries=1)
+        return time.monotonic() - started
+    failure: list[BaseException] = []
+
+    def start_vllm() -> None:
+        try:
+            vllm.start(timeout_s)
+        except BaseException as exc:  # noqa: BLE001 - raised again below, in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=start_vllm, name="vllm-serve-start", daemon=True)
+    thread.start()
+    try:
+        triton.start(timeout_s=timeout_s, retries=1)
+    except BaseException:
+        thread.join(timeout_s)
+        vllm.stop()
+        raise
+    thread.join(timeout_s)
+    if failure:
+        triton.stop()
+        raise failure[0]
+    return time.monotonic() - started
 
 
 class VllmStartError(RuntimeError):

@@ -211,6 +211,20 @@ TritonDeployment = serve.deployment(name=DEPLOYMENT_NAME)(serve.ingress(api)(Tri
 
 # -- the application --------------------------------------------------------------------------
 
+def replica_options(profile, *, attached: bool = False, num_replicas: int | None = None) -> dict[str, Any]:
+    """``Deployment.options`` of the application: the profile's, with a fixed count of replicas where
+    asked (benchmarks). A replica attached to a shared Triton holds no engine, so it asks for no GPU:
+    the GPU is that Triton's, and a second application asking for it would stay pending on a
+    one-GPU node (``serve.run`` waits for it without end)."""
+    options = deployment_options(profile)
+    if num_replicas is not None:  # a fixed count instead of the profile's autoscaling
+        del options["autoscaling_config"]
+        options["num_replicas"] = int(num_replicas)
+    if attached:
+        options["ray_actor_options"] = {**options["ray_actor_options"], "num_gpus": 0}
+    return options
+
+
 def app_builder(args: dict[str, Any] | None = None):
     """The application for ``serve run`` / ``serve deploy`` (``import_path: scripts.serve.app:app_builder``).
 
@@ -230,13 +244,11 @@ def app_builder(args: dict[str, Any] | None = None):
     if not (repo / "ensemble" / "config.pbtxt").is_file():
         raise FileNotFoundError(f"{repo} holds no filled ensemble: run notebooks 00-02 and fill_serve_repository "
                                 "(notebook 05 does)")
-    options = deployment_options(profile)
-    if args.get("num_replicas") is not None:  # a fixed count instead of the profile's autoscaling (benchmarks)
-        del options["autoscaling_config"]
-        options["num_replicas"] = int(args["num_replicas"])
+    mode = str(args.get("mode", "attached" if args.get("triton_url") else "auto"))
+    options = replica_options(profile, attached=mode == "attached", num_replicas=args.get("num_replicas"))
     return TritonDeployment.options(**options).bind(
         str(repo.resolve()), str(args.get("served_model_name") or profile["served_model_name"]),
-        int(profile["serve_default_max_tokens"]), str(args.get("mode", "attached" if args.get("triton_url") else "auto")),
+        int(profile["serve_default_max_tokens"]), mode,
         str(args.get("triton_model") or profile["serve_triton_model"]),
         triton_url=args.get("triton_url"))
 

@@ -108,3 +108,51 @@ def test_a_vllm_without_the_request_field_gets_a_server_started_with_the_interva
     assert flag(replacement.argv(), "--stream-interval") == "4" and replacement.config == server.config
     assert replacement.port != server.port
     assert replacement.serving_stream_interval(4) is replacement
+
+
+class _Fake:
+    """A server handle that records when it started and stopped (the real ones are tested above and in
+    tests/unit/triton)."""
+
+    def __init__(self, name, log, delay=0.2, error=None):
+        self.name, self.log, self.delay, self.error = name, log, delay, error
+
+    def start(self, timeout_s=None, retries=0):
+        import time
+        self.log.append((self.name, "start"))
+        time.sleep(self.delay)
+        if self.error:
+            raise self.error
+        self.log.append((self.name, "ready"))
+        return self
+
+    def stop(self):
+        self.log.append((self.name, "stop"))
+
+
+def test_engines_on_one_real_gpu_start_one_after_the_other():
+    from scripts.bench.vllm_server import one_engine_at_a_time, start_beside, triton_load_args
+
+    assert one_engine_at_a_time(load_profile("gpu-vllm")) and not one_engine_at_a_time(load_profile("cpu"))
+    assert triton_load_args(load_profile("gpu-vllm")) == ("--model-load-thread-count=1",)
+    assert triton_load_args(load_profile("cpu")) == ()
+    log = []
+    start_beside(_Fake("vllm", log), _Fake("triton", log), 30, one_at_a_time=True)
+    assert log == [("vllm", "start"), ("vllm", "ready"), ("triton", "start"), ("triton", "ready")]
+    log.clear()
+    start_beside(_Fake("vllm", log), _Fake("triton", log), 30, one_at_a_time=False)
+    assert log.index(("triton", "start")) < log.index(("vllm", "ready"))  # side by side
+    assert {e for e in log if e[1] == "ready"} == {("vllm", "ready"), ("triton", "ready")}
+
+
+def test_a_failed_start_side_by_side_stops_the_other_and_raises():
+    from scripts.bench.vllm_server import start_beside
+
+    log = []
+    with pytest.raises(VllmStartError, match="no engine"):
+        start_beside(_Fake("vllm", log, error=VllmStartError("no engine")), _Fake("triton", log), 30, one_at_a_time=False)
+    assert ("triton", "stop") in log
+    log.clear()
+    with pytest.raises(RuntimeError, match="no model"):
+        start_beside(_Fake("vllm", log), _Fake("triton", log, delay=0, error=RuntimeError("no model")), 30, one_at_a_time=False)
+    assert log[-1] == ("vllm", "stop") and ("vllm", "ready") in log

@@ -334,3 +334,14 @@ def test_a_relative_repository_is_relative_to_the_repository_root(serve_repo):
     relative = os.path.relpath(serve_repo, REPO_ROOT)
     bound = serve_app.app_builder({"model_repository": relative})._bound_deployment
     assert bound.init_args[0] == str(serve_repo)
+
+
+def test_a_replica_attached_to_a_shared_triton_asks_for_no_gpu():
+    gpu = load_profile("gpu-vllm")
+    assert gpu["num_gpus_per_replica"] == 1
+    own = serve_app.replica_options(gpu)
+    assert own["ray_actor_options"]["num_gpus"] == 1 and "autoscaling_config" in own  # it runs Triton and the engine
+    attached = serve_app.replica_options(gpu, attached=True, num_replicas=2)
+    assert attached["ray_actor_options"] == {"num_cpus": gpu["serve_num_cpus_per_replica"], "num_gpus": 0}
+    assert attached["num_replicas"] == 2 and "autoscaling_config" not in attached
+    assert serve_app.replica_options(gpu)["ray_actor_options"]["num_gpus"] == 1  # the profile's options are left as they were
