@@ -41,6 +41,19 @@ def gpu_skip_reason(profile: Profile, smi: Callable[[], list[dict]] | None = Non
     return None if gpus else "nvidia-smi lists no GPU"
 
 
+def free_memory_skip_reason(profile: Profile) -> str | None:
+    """Why notebook 06's sections on engines that size their KV cache from the memory *free* (6 and 9)
+    do not apply to the profile's engine; None when they do (TensorRT-LLM, transformers)."""
+    from scripts.triton.instance_size import FRACTION_OF_FREE_ENGINES  # noqa: PLC0415
+
+    if profile.engine in FRACTION_OF_FREE_ENGINES:
+        return None
+    return (f"{profile.engine} reserves gpu_memory_utilization of the GPU's TOTAL memory, not a share of what is "
+            "free: engines sharing a GPU fit when their utilizations add up to less than 1 (section 8's estimate "
+            "and `python -m scripts.capacity` check it); engines on one GPU must start one after the other, since "
+            "each measures the GPU's memory while it starts")
+
+
 def _smi(query: str, what: str) -> list[list[str]]:
     if shutil.which("nvidia-smi") is None:
         raise FileNotFoundError("nvidia-smi is not on PATH")
