@@ -56,3 +56,14 @@ def test_with_settings_replaces_only_what_it_is_given(build_root):
     assert p["model_dir"] == "models/tiny-llama"  # the profile itself is unchanged
     with pytest.raises(KeyError, match="no setting"):
         p.with_settings(model_dri="models/other")
+
+
+def test_a_skipped_notebook_is_refused_with_the_profiles_reason():
+    gpu = load_profile("gpu-trtllm")
+    reason = gpu.skipped_notebooks()["07_benchmark_and_monitor"]
+    with pytest.raises(SystemExit, match=r"07_benchmark_and_monitor does not run on profile gpu-trtllm: .*vLLM"):
+        gpu.require_notebook("07_benchmark_and_monitor")
+    assert "vllm serve" in reason
+    gpu.require_notebook("04_launch_triton_server")  # not skipped: no error
+    assert load_profile("cpu").skipped_notebooks() == {}
+    load_profile("cpu").require_notebook("07_benchmark_and_monitor")
