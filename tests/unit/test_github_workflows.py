@@ -98,7 +98,8 @@ def test_gpu_job_runs_every_notebook_in_the_image_on_the_gpu_runner():
                  ["-v", "$LLAMA_MODEL_DIR:$MODEL_MOUNT:ro"]):
         assert any(docker_run[i:i + len(flag)] == flag for i in range(len(docker_run))), flag
     command = docker_run[-1]
-    assert command == ("python3 -m scripts.lab.run_notebooks --profile gpu-trtllm && "
+    assert command == ("python3 -m scripts.engine.trtllm_fastapi && "
+                       "python3 -m scripts.lab.run_notebooks --profile gpu-trtllm && "
                        "python3 -m pytest -q tests/notebooks")
 
 
@@ -112,7 +113,7 @@ def test_gpu_job_runs_exactly_what_the_runner_plans_for_gpu_trtllm_and_each_can_
     scripts = run_scripts("gpu.yml", "notebooks")
     (docker_run,) = [shlex.split(line) for line in scripts.replace("\\\n", " ").splitlines()
                      if line.strip().startswith("docker run") and "--gpus" in line]
-    words = shlex.split(docker_run[-1].split("&&")[0])
+    (words,) = [shlex.split(part) for part in docker_run[-1].split("&&") if "scripts.lab.run_notebooks" in part]
     assert words[:3] == ["python3", "-m", "scripts.lab.run_notebooks"]
     args = run_notebooks.parse_args(words[3:])
     assert args.profile == "gpu-trtllm"
