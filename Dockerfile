@@ -17,7 +17,8 @@
 # - --ulimit memlock=-1 --ulimit stack=67108864: NVIDIA's own docker run for this container
 #   (tensorrtllm_backend@v0.17.0:README.md, "Launch Triton TensorRT-LLM container").
 # - Ports: 8888 JupyterLab, 8000 Ray Serve's HTTP proxy (serve deploy env/serve/gpu-trtllm.yaml),
-#   8265 the Ray dashboard. Triton listens on free ports behind Serve and is not published.
+#   8265 the Ray dashboard of `ray start --head --dashboard-host "$TUTORIAL_BIND_HOST"` (Ray binds it to
+#   localhost otherwise). Triton listens on free ports behind Serve and is not published.
 # - TUTORIAL_BIND_HOST=0.0.0.0 makes the tutorial's servers listen on every interface inside the
 #   container, so the published ports reach them (the default, outside a container, is 127.0.0.1);
 #   "-p 127.0.0.1:..." keeps them on the host's loopback.
@@ -26,12 +27,14 @@
 FROM nvcr.io/nvidia/tritonserver:25.02-trtllm-python-py3
 
 # The image holds the TensorRT-LLM 0.17 wheel and the tensorrtllm backend library only: no TensorRT-LLM
-# examples/ (convert_checkpoint.py), no tensorrtllm_backend all_models/, tools/fill_template.py or
-# scripts/launch_triton_server.py (server@r25.02:build.py copies just libtriton_tensorrtllm*.so and
-# trtllmExecutorWorker). Both sources come in here, pinned to the container's versions: v0.17.0 of
-# each. Cloning `main`, as many guides do, mixes newer example scripts (new flags, moved folders,
+# examples/ (convert_checkpoint.py) (server@r25.02:build.py copies just libtriton_tensorrtllm*.so and
+# trtllmExecutorWorker). That source comes in here, pinned to the container's version, v0.17.0.
+# Cloning `main`, as many guides do, mixes newer example scripts (new flags, moved folders,
 # newer checkpoint formats) with the 0.17 wheel they then import, and fails in odd ways.
 # Shallow and without submodules or Git LFS content: only the Python example scripts are needed.
+# tensorrtllm_backend is not cloned: the tutorial fills its model repository with its own
+# fill_template (scripts/triton/repository) and starts Triton with its own launcher (scripts/triton/server.py),
+# both written to that backend's v0.17.0 contract, so nothing would read its all_models/ or tools/.
 # No `pip install -r` of TensorRT-LLM's requirements: it would replace the container's TensorRT-LLM
 # and torch. examples/llama/convert_checkpoint.py imports only tensorrt_llm and transformers, both in
 # the image (server@r25.02:build.py pip-installs transformers); its requirements.txt adds datasets,
@@ -41,9 +44,7 @@ RUN command -v git >/dev/null \
       || (apt-get update && apt-get install -y --no-install-recommends git ca-certificates \
           && rm -rf /var/lib/apt/lists/*) \
  && GIT_LFS_SKIP_SMUDGE=1 git clone --depth 1 --branch v0.17.0 https://github.com/NVIDIA/TensorRT-LLM.git /opt/src/TensorRT-LLM \
- && git clone --depth 1 --branch v0.17.0 https://github.com/triton-inference-server/tensorrtllm_backend.git /opt/src/tensorrtllm_backend \
- && test -f /opt/src/TensorRT-LLM/examples/llama/convert_checkpoint.py \
- && test -f /opt/src/tensorrtllm_backend/tools/fill_template.py
+ && test -f /opt/src/TensorRT-LLM/examples/llama/convert_checkpoint.py
 
 WORKDIR /workspace/tutorial
 COPY env/requirements-gpu.txt env/requirements-gpu.txt
@@ -52,8 +53,8 @@ RUN python3 -m pip install --no-cache-dir -r env/requirements-gpu.txt
 COPY . .
 RUN python3 -m pip install --no-cache-dir --no-deps -e .
 # The container is the environment: make uses its Python and skips env/setup_env.sh.
-# TRTLLM_EXAMPLES_DIR and TRTLLM_BACKEND_DIR repeat the profile's defaults (env/profiles.toml).
+# TRTLLM_EXAMPLES_DIR repeats the profile's default (env/profiles.toml).
 ENV VENV=/usr TUTORIAL_SKIP_SETUP=1 LLAMA_MODEL_DIR=/models/Llama-3.2-1B-Instruct \
-    TRTLLM_EXAMPLES_DIR=/opt/src/TensorRT-LLM/examples TRTLLM_BACKEND_DIR=/opt/src/tensorrtllm_backend
+    TRTLLM_EXAMPLES_DIR=/opt/src/TensorRT-LLM/examples
 EXPOSE 8888 8000 8265
 CMD ["jupyter", "lab", "--ip=0.0.0.0", "--port=8888", "--no-browser", "--allow-root", "notebooks"]

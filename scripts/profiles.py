@@ -46,6 +46,17 @@ class Profile:
             raise KeyError(f"profile {self.name!r} has no setting(s) {unknown} to replace (see {PROFILES_FILE})")
         return Profile(self.name, self.settings | overrides, self.root)
 
+    def skipped_notebooks(self) -> dict[str, str]:
+        """``{notebook stem: why this profile does not run it}`` (the table ``skip_notebooks``)."""
+        return dict(self.settings.get("skip_notebooks", {}))
+
+    def require_notebook(self, notebook: str) -> None:
+        """Refuse, with the profile's stated reason, a notebook this profile does not run."""
+        reason = self.skipped_notebooks().get(notebook)
+        if reason:
+            raise SystemExit(f"{notebook} does not run on profile {self.name}: {reason} "
+                             f"([{self.name}.skip_notebooks] in {PROFILES_FILE.name})")
+
     def path(self, key: str) -> Path:
         """A path setting: ``$<key>_env`` overrides it; relative values live under the build dir."""
         env_name = self.settings.get(f"{key}_env")

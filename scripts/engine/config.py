@@ -253,7 +253,8 @@ def convert_checkpoint_script(profile: Profile) -> Path:
 def trtllm_build_commands(profile: Profile) -> list[list[str]]:
     """``convert_checkpoint.py`` then ``trtllm-build``, as in TensorRT-LLM's Llama guide.
 
-    Flags: TensorRT-LLM@v0.17.0:examples/llama/convert_checkpoint.py (``--model_dir``,
+    Flags (each one shown passed at tensorrtllm_backend@v0.17.0, whose submodule is TensorRT-LLM 0.17.0:
+    tests/unit/engine/data/trtllm_v0.17.0_flags.toml): examples/llama/convert_checkpoint.py (``--model_dir``,
     ``--output_dir``, ``--dtype``, ``--tp_size``, ``--pp_size``) and
     TensorRT-LLM@v0.17.0:tensorrt_llm/commands/build.py, the ``trtllm-build`` entry point
     (``--checkpoint_dir``, ``--output_dir``, ``--gemm_plugin`` with its ``auto`` choice,

@@ -26,3 +26,15 @@ def pick_stop_word(text: str, tokenizer: Any, skip: int = 1) -> str:
             return piece
     raise ValueError(f"no single-token word occurring once after the first {skip} word(s) of {text!r}: "
                      "generate a longer text (raise max_tokens) to pick a stop word from")
+
+
+def says_word(text: str, word: str, tokenizer: Any) -> bool:
+    """Whether ``text`` holds ``word`` as a ``bad_words`` entry bans it: the word's token ids, in a row,
+    among the text's. A substring test is wrong here: ``" the"`` is inside ``" they"``, a token the ban
+    leaves alone (TensorRT-LLM and the cpu engine's logit bias both ban token ids)."""
+    word_ids = tokenizer(word, add_special_tokens=False)["input_ids"]
+    if not word_ids:
+        raise ValueError(f"{word!r} encodes to no token: pass the word as the request's bad_words has it")
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    n = len(word_ids)
+    return any(ids[i:i + n] == word_ids for i in range(len(ids) - n + 1))

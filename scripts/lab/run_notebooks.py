@@ -9,6 +9,8 @@ here (``make run``), in full with ``--full`` (``make bench``) and with ``--inpla
 outputs are a full run). ``--nbval-targets DIR`` prints what ``make test`` gives nbval: the notebooks
 without ``SMOKE`` as they are, and for the others a copy in ``DIR`` with ``SMOKE = True`` injected
 by papermill (not executed: nbval executes it and compares with the committed outputs).
+A notebook the profile lists under ``skip_notebooks`` (``env/profiles.toml``) is not run; its line
+says why (:func:`plan`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,19 @@ def notebook_paths(directory: Path = NOTEBOOK_DIR, only: list[str] | None = None
         if not paths:
             raise SystemExit(f"no notebook in {directory} starts with any of {only}")
     return paths
+
+
+def plan(profile: str, only: list[str] | None = None,
+         directory: Path = NOTEBOOK_DIR) -> tuple[list[Path], dict[Path, str]]:
+    """The notebooks to run on ``profile``, and those it skips with the reason its settings give."""
+    from scripts.profiles import load_profile  # noqa: PLC0415
+
+    skipped = load_profile(profile).skipped_notebooks()
+    unknown = sorted(set(skipped) - {p.stem for p in notebook_paths(directory)})
+    if unknown:
+        raise SystemExit(f"skip_notebooks of profile {profile} names no notebook in {directory}: {unknown}")
+    paths = notebook_paths(directory, only)
+    return [p for p in paths if p.stem not in skipped], {p: skipped[p.stem] for p in paths if p.stem in skipped}
 
 
 def has_smoke(path: Path) -> bool:
@@ -92,7 +107,7 @@ def notebook_parameters(path: Path, pairs: list[list[str]]) -> dict:
     return {name: yaml.safe_load(value) for name, value in pairs if name in names}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
     parser.add_argument("--inplace", action="store_true", help="overwrite the committed notebooks with the executed ones")
@@ -103,14 +118,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="a parameter of the notebooks that have it, as papermill's -p (VALUE read as YAML: "
                              "-p CONCURRENCY '[1, 32, 128]'); notebooks without that parameter are run without it")
     parser.add_argument("--out", type=Path, help="folder for the executed copies (default build/executed/<profile>)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.nbval_targets:
         print(" ".join(str(p) for p in nbval_targets(Path(args.nbval_targets), notebook_paths(only=args.only))))
         return 0
     out_dir = args.out or executed_dir(args.profile)
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
-    for path in notebook_paths(only=args.only):
+    paths, skipped = plan(args.profile, args.only)
+    for path, reason in skipped.items():
+        print(f"{path.stem:<32} skipped on {args.profile}: {reason}", flush=True)
+    for path in paths:
         target = path if args.inplace else out_dir / path.name
         print(f"{path.stem:<32} running{' (SMOKE)' if not (args.full or args.inplace) and has_smoke(path) else ''} ...", flush=True)
         smoke = not (args.full or args.inplace) and has_smoke(path)

@@ -34,12 +34,23 @@ def run_dir(request, monkeypatch):
     return request.param
 
 
+def skipped_by_this_runs_profile(notebook):
+    """Why the profile this build ran with (notebook 00's record) skips ``notebook``, or None."""
+    try:
+        profile = load_profile(results.load("00_check_environment")["profile"])
+    except FileNotFoundError:
+        return None
+    return profile.skipped_notebooks().get(notebook)
+
+
 def recorded(notebook):
     try:
         r = results.load(notebook)
     except FileNotFoundError:
         if os.environ.get(BUILD_DIR_ENV) in {str(p) for p in GPU_RUNS}:
             pytest.skip(f"this GPU run did not execute {notebook}")
+        if reason := skipped_by_this_runs_profile(notebook):
+            pytest.skip(f"this run's profile skips {notebook}: {reason}")
         raise
     return r, load_profile(r["profile"])
 

@@ -1,5 +1,6 @@
 """The GitHub Actions workflows: actionlint finds nothing, actions are pinned to versions, the CPU
 job runs `make test` with a system Python 3.11, the GPU job runs the notebooks in the project's image."""
+import json
 import os
 import re
 import shlex
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from scripts.lab import run_notebooks
 from scripts.paths import REPO_ROOT
 from scripts.profiles import load_profile
 
@@ -96,8 +98,37 @@ def test_gpu_job_runs_every_notebook_in_the_image_on_the_gpu_runner():
                  ["-v", "$LLAMA_MODEL_DIR:$MODEL_MOUNT:ro"]):
         assert any(docker_run[i:i + len(flag)] == flag for i in range(len(docker_run))), flag
     command = docker_run[-1]
-    assert command == ("python3 -m scripts.lab.run_notebooks --profile gpu-trtllm && "
+    assert command == ("python3 -m scripts.engine.trtllm_fastapi && "
+                       "python3 -m scripts.lab.run_notebooks --profile gpu-trtllm && "
                        "python3 -m pytest -q tests/notebooks")
+
+
+def notebook_code(path: Path) -> str:
+    return "\n".join("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+
+
+def test_gpu_job_runs_exactly_what_the_runner_plans_for_gpu_trtllm_and_each_can_run_there():
+    """The workflow's notebooks are the runner's plan for its arguments; a notebook in that plan needs
+    nothing the profile lacks (vLLM's server, a text-in model); one left out refuses with its reason."""
+    scripts = run_scripts("gpu.yml", "notebooks")
+    (docker_run,) = [shlex.split(line) for line in scripts.replace("\\\n", " ").splitlines()
+                     if line.strip().startswith("docker run") and "--gpus" in line]
+    (words,) = [shlex.split(part) for part in docker_run[-1].split("&&") if "scripts.lab.run_notebooks" in part]
+    assert words[:3] == ["python3", "-m", "scripts.lab.run_notebooks"]
+    args = run_notebooks.parse_args(words[3:])
+    assert args.profile == "gpu-trtllm"
+    paths, skipped = run_notebooks.plan(args.profile, args.only)
+    profile = load_profile(args.profile)
+    lacks = [call for call, has in (("VllmServer", profile.engine == "vllm"),
+                                    ("require_text_model(", bool(profile.get("standalone_model")))) if not has]
+    for path in paths:
+        needed = [call for call in lacks if call in notebook_code(path)]
+        assert not needed, f"{path.name} uses {needed}, which {args.profile} lacks: list it under skip_notebooks"
+    assert skipped
+    for path, reason in skipped.items():
+        assert f'profile.require_notebook("{path.stem}")' in notebook_code(path), path.name
+        with pytest.raises(SystemExit, match=re.escape(reason)):
+            profile.require_notebook(path.stem)
 
 
 def test_gpu_transformers_job_installs_from_a_wheelhouse_and_runs_notebooks_00_to_05():

@@ -85,3 +85,14 @@ def test_gpu_trtllm_fills_triton_with_the_engines_batch():
                               "_engine_dir": "/e"}, settings)
     assert {v["triton_max_batch_size"] for v in values.values()} == {trtllm["triton_max_batch_size"]}
     assert RepoSettings.for_profile(load_profile("cpu")) == RepoSettings()
+
+
+def test_a_skipped_notebook_is_refused_with_the_profiles_reason():
+    gpu = load_profile("gpu-trtllm")
+    reason = gpu.skipped_notebooks()["07_benchmark_and_monitor"]
+    with pytest.raises(SystemExit, match=r"07_benchmark_and_monitor does not run on profile gpu-trtllm: .*vLLM"):
+        gpu.require_notebook("07_benchmark_and_monitor")
+    assert "vllm serve" in reason
+    gpu.require_notebook("04_launch_triton_server")  # not skipped: no error
+    assert load_profile("cpu").skipped_notebooks() == {}
+    load_profile("cpu").require_notebook("07_benchmark_and_monitor")

@@ -74,3 +74,23 @@ def test_no_microsecond_field_is_named_in_milliseconds():
     hits = [f"{p.relative_to(REPO_ROOT)}:{m.group(0)}" for p in files if p.suffix not in (".pyc",)
             for m in wrong.finditer(p.read_text(errors="ignore"))]
     assert hits == []
+
+
+def test_the_published_dashboard_port_reaches_a_dashboard_listening_beyond_loopback(commands):
+    """Ray's `ray start` binds its dashboard to localhost unless --dashboard-host says otherwise
+    (ray 2.60 scripts.py); inside the container the published port needs it on every interface."""
+    from ray._private.ray_constants import DEFAULT_DASHBOARD_PORT
+    from ray.scripts.scripts import start
+
+    default_host = next(p.default for p in start.params if p.name == "dashboard_host")
+    default_host = default_host() if callable(default_host) else default_host
+    assert default_host in ("127.0.0.1", "localhost", "::1")  # why the flag is needed at all
+    starts = [shlex.split(line.split("#")[0]) for line in DOCS.read_text().splitlines()
+              if line.strip().startswith("ray start")]
+    assert starts, "the docs show no `ray start` for the published dashboard port"
+    published = {w.rsplit(":", 1)[-1] for i, w in enumerate(commands["docs"]) if i and commands["docs"][i - 1] == "-p"}
+    for words in starts:
+        assert "--dashboard-host" in words, words
+        assert words[words.index("--dashboard-host") + 1] in ("0.0.0.0", "$TUTORIAL_BIND_HOST"), words
+        port = words[words.index("--dashboard-port") + 1] if "--dashboard-port" in words else str(DEFAULT_DASHBOARD_PORT)
+        assert port in published

@@ -1,7 +1,7 @@
-"""Item 1: the NGC image has no TensorRT-LLM examples/ and no tensorrtllm_backend all_models/ or tools/
-(server@r25.02:build.py installs the TensorRT-LLM wheel and copies only libtriton_tensorrtllm*.so and
-trtllmExecutorWorker): the Dockerfile clones both at the container's versions and the gpu-trtllm
-profile points at the clones."""
+"""The NGC image has no TensorRT-LLM examples/ (server@r25.02:build.py installs the TensorRT-LLM wheel
+and copies only libtriton_tensorrtllm*.so and trtllmExecutorWorker): the Dockerfile clones them at the
+container's version and the gpu-trtllm profile points at the clone. Nothing else is cloned: the
+tutorial's own templates, fill_template and launcher replace tensorrtllm_backend's all_models/ and tools/."""
 import re
 import shlex
 
@@ -16,8 +16,7 @@ DOCKERFILE = (REPO_ROOT / "Dockerfile").read_text()
 # v0.17.0; tensorrtllm_backend@v0.17.0:README.md asks for the backend of the same version as the
 # container's TensorRT-LLM.
 CONTAINER = "nvcr.io/nvidia/tritonserver:25.02-trtllm-python-py3"
-VERSIONS = {"https://github.com/NVIDIA/TensorRT-LLM.git": "v0.17.0",
-            "https://github.com/triton-inference-server/tensorrtllm_backend.git": "v0.17.0"}
+VERSIONS = {"https://github.com/NVIDIA/TensorRT-LLM.git": "v0.17.0"}
 
 
 def instructions() -> list[str]:
@@ -40,7 +39,6 @@ def clones() -> dict[str, tuple[str, str]]:
 @pytest.fixture
 def gpu_profile(build_root, monkeypatch):
     monkeypatch.delenv("TRTLLM_EXAMPLES_DIR", raising=False)
-    monkeypatch.delenv("TRTLLM_BACKEND_DIR", raising=False)
     return load_profile("gpu-trtllm")
 
 
@@ -54,12 +52,23 @@ def test_both_sources_are_cloned_shallow_at_the_containers_versions():
     assert not any(branch == "main" for branch, _ in found.values())
 
 
-def test_profile_points_at_the_clones(gpu_profile):
-    found = clones()
-    trtllm = found["https://github.com/NVIDIA/TensorRT-LLM.git"][1]
-    backend = found["https://github.com/triton-inference-server/tensorrtllm_backend.git"][1]
+def test_profile_points_at_the_clone(gpu_profile):
+    trtllm = clones()["https://github.com/NVIDIA/TensorRT-LLM.git"][1]
     assert str(gpu_profile.path("trtllm_examples_dir")) == f"{trtllm}/examples"
-    assert str(gpu_profile.path("tensorrtllm_backend_dir")) == backend
+
+
+def test_every_clone_is_read_by_the_code(gpu_profile):
+    """A clone nothing reads only costs build time: each clone holds a path setting of the profile that
+    scripts/ reads (``profile.path("<key>")``), and every such setting lies in a clone."""
+    code = "\n".join(f.read_text() for f in (REPO_ROOT / "scripts").rglob("*.py"))
+    read = {k: str(gpu_profile.path(k)) for k in gpu_profile.settings
+            if f"{k}_env" in gpu_profile.settings and f'path("{k}")' in code}
+    under = {url: [k for k, p in read.items() if p.startswith(dest + "/") or p == dest]
+             for url, (_, dest) in clones().items()}
+    assert all(under.values()), f"cloned but read by no code: {[u for u, keys in under.items() if not keys]}"
+    unread = [k for k in gpu_profile.settings if k.endswith("_dir") and f"{k}_env" in gpu_profile.settings
+              and str(gpu_profile[k]).startswith("/opt/src") and k not in read]
+    assert not unread, f"profile settings for a clone that no code reads: {unread}"
 
 
 def test_convert_checkpoint_comes_from_the_cloned_examples(gpu_profile):
@@ -72,9 +81,8 @@ def test_convert_checkpoint_comes_from_the_cloned_examples(gpu_profile):
 
 
 def test_image_env_repeats_the_profiles_paths(gpu_profile):
-    env = dict(re.findall(r"\b(TRTLLM_EXAMPLES_DIR|TRTLLM_BACKEND_DIR)=(\S+)", " ".join(i for i in instructions() if i.startswith("ENV"))))
-    assert env == {"TRTLLM_EXAMPLES_DIR": str(gpu_profile.path("trtllm_examples_dir")),
-                   "TRTLLM_BACKEND_DIR": str(gpu_profile.path("tensorrtllm_backend_dir"))}
+    env = dict(re.findall(r"\b(TRTLLM_EXAMPLES_DIR)=(\S+)", " ".join(i for i in instructions() if i.startswith("ENV"))))
+    assert env == {"TRTLLM_EXAMPLES_DIR": str(gpu_profile.path("trtllm_examples_dir"))}
 
 
 def test_no_requirements_of_the_clones_are_installed():

@@ -2,8 +2,10 @@
 import json
 
 import nbformat
+import pytest
 
 from scripts.lab import run_notebooks
+from scripts.profiles import load_profile
 
 
 def test_a_notebook_runs_in_a_kernel_over_ipc_with_its_parameters(tmp_path, capfd):
@@ -28,3 +30,27 @@ def test_dash_p_reaches_only_the_notebooks_that_have_the_parameter(tmp_path):
     nbformat.write(nb, path)
     pairs = [["CONCURRENCY", "[1, 32, 256]"], ["INPUT_LEN", "128"], ["SMOKE", "true"]]
     assert run_notebooks.notebook_parameters(path, pairs) == {"CONCURRENCY": [1, 32, 256], "INPUT_LEN": 128}
+
+
+def test_gpu_trtllm_plan_leaves_out_what_its_profile_skips_and_says_why():
+    reasons = load_profile("gpu-trtllm").skipped_notebooks()
+    paths, skipped = run_notebooks.plan("gpu-trtllm")
+    assert reasons and {p.stem: r for p, r in skipped.items()} == reasons
+    assert [p.stem for p in paths] == [p.stem for p in run_notebooks.notebook_paths() if p.stem not in reasons]
+
+
+def test_cpu_runs_every_notebook():
+    assert run_notebooks.plan("cpu") == (run_notebooks.notebook_paths(), {})
+
+
+def test_a_skipped_notebook_is_reported_with_its_reason_and_not_executed(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(run_notebooks, "execute", lambda *a, **k: pytest.fail("a skipped notebook was executed"))
+    assert run_notebooks.main(["--profile", "gpu-trtllm", "--only", "07", "--out", str(tmp_path)]) == 0
+    reason = load_profile("gpu-trtllm").skipped_notebooks()["07_benchmark_and_monitor"]
+    assert capsys.readouterr().out.split() == ["07_benchmark_and_monitor", "skipped", "on", "gpu-trtllm:", *reason.split()]
+
+
+def test_skipping_a_notebook_that_does_not_exist_is_an_error(tmp_path):
+    nbformat.write(nbformat.v4.new_notebook(), tmp_path / "00_check_environment.ipynb")
+    with pytest.raises(SystemExit, match="names no notebook.*07_benchmark_and_monitor"):
+        run_notebooks.plan("gpu-trtllm", directory=tmp_path)
