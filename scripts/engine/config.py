@@ -329,5 +329,19 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def one_engine_at_a_time(profile: Profile) -> bool:
+    """Whether the profile's engines share a real GPU, where each must be ready before the next starts:
+    vLLM checks the GPU's free memory as it starts and profiles its own use against it, so another
+    engine claiming memory at that moment upsets both (on a CPU or with logical GPUs they start together)."""
+    return not profile["logical_gpus"]
+
+
+def triton_load_args(profile: Profile) -> tuple[str, ...]:
+    """Triton flags that load its models one after the other where :func:`one_engine_at_a_time`
+    (Triton loads up to four models at once by default: ``--model-load-thread-count``)."""
+    return ("--model-load-thread-count=1",) if one_engine_at_a_time(profile) else ()
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
+

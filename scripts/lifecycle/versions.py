@@ -52,7 +52,8 @@ def require_text_model(profile: Profile) -> str:
     model = profile.get("standalone_model")
     if not model:
         raise SystemExit(f"profile {profile.name} has no text-in model with per-version engine arguments "
-                         "(standalone_model is empty), which this lesson loads in versions: run it with PROFILE='cpu'")
+                         "(standalone_model is empty), which this lesson loads in versions: run it with a profile that "
+                         "has one (cpu, gpu-vllm)")
     return model
 
 

@@ -131,7 +131,8 @@ class _Fake:
 
 
 def test_engines_on_one_real_gpu_start_one_after_the_other():
-    from scripts.bench.vllm_server import one_engine_at_a_time, start_beside, triton_load_args
+    from scripts.bench.vllm_server import start_beside
+    from scripts.engine.config import one_engine_at_a_time, triton_load_args
 
     assert one_engine_at_a_time(load_profile("gpu-vllm")) and not one_engine_at_a_time(load_profile("cpu"))
     assert triton_load_args(load_profile("gpu-vllm")) == ("--model-load-thread-count=1",)
