@@ -139,6 +139,8 @@ def vllm_gpu_settings(profile: Profile) -> dict[str, Any]:
             raise EngineConfigError("engine_start_method 'fork' runs vLLM's CPU worker (ForkedCPUWorker): a KIND_GPU "
                                     "engine takes 'auto' (vLLM's own choice on CUDA)")
         out["instance_kind"] = profile["instance_kind"]
+        # run.py's reference, like the Triton clients, takes the prompts one at a time on a GPU
+        out["batch_invariant"] = bool(profile["batch_invariant"])
     return out
 
 

@@ -102,8 +102,10 @@ def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_out
 # -- vLLM (cpu profile) -----------------------------------------------------------------------
 
 def generate_vllm(config: dict[str, Any], prompts: list[str], max_output_len: int, ignore_eos: bool) -> list[dict]:
-    """vLLM's offline ``LLM.generate`` (the same call ``scripts.bench.triton`` times)."""
-    run = vllm_offline.generate(config, prompts, max_output_len, ignore_eos=ignore_eos)
+    """vLLM's offline ``LLM.generate`` (the same call ``scripts.bench.triton`` times); one prompt at a
+    time where the engine config says greedy output depends on the batch (``batch_invariant`` false)."""
+    run = vllm_offline.generate(config, prompts, max_output_len, ignore_eos=ignore_eos,
+                                one_at_a_time=config.get("batch_invariant") is False)
     return [
         {
             "input_text": o.prompt,

@@ -57,11 +57,14 @@ class OfflineRun:
 
 
 def generate(config: dict[str, Any], prompts: Sequence[str], max_tokens: int, *, ignore_eos: bool = False,
-             warmup_prompts: int = 0, clock: Callable[[], float] = time.perf_counter) -> OfflineRun:
+             warmup_prompts: int = 0, one_at_a_time: bool = False,
+             clock: Callable[[], float] = time.perf_counter) -> OfflineRun:
     """Greedy generation of ``max_tokens`` new tokens per prompt with a fresh ``vllm.LLM``.
 
     ``warmup_prompts``: run that many of the prompts once before the timed call (first-call
     overheads stay out of the measurement). ``ignore_eos``: never stop early (benchmarks).
+    ``one_at_a_time``: one ``generate`` call per prompt, as a client sending them one by one gets them
+    (bf16 on a GPU rounds differently in another batch, and greedy text can follow).
     """
     os.environ.update(vllm_environment(config))
     from vllm import LLM, SamplingParams  # noqa: PLC0415 - after the environment above
@@ -73,5 +76,8 @@ def generate(config: dict[str, Any], prompts: Sequence[str], max_tokens: int, *,
     if warmup_prompts:
         llm.generate(prompts[:warmup_prompts], params, use_tqdm=False)
     start = clock()
-    outputs = llm.generate(prompts, params, use_tqdm=False)
+    if one_at_a_time:
+        outputs = [out for prompt in prompts for out in llm.generate([prompt], params, use_tqdm=False)]
+    else:
+        outputs = llm.generate(prompts, params, use_tqdm=False)
     return OfflineRun(outputs=list(outputs), generate_s=clock() - start)

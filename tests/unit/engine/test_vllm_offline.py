@@ -100,7 +100,7 @@ def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root):
                      "finish_reason": "length"}]
     engine_dir = engine.write_engine_config(load_profile("cpu")).parent
     stats = bench.offline_main(str(engine_dir), 3, 4)
-    assert calls[0] == (["Hi"], 5, {"ignore_eos": False})
+    assert calls[0] == (["Hi"], 5, {"ignore_eos": False, "one_at_a_time": False})  # the cpu engine is batch-invariant
     assert calls[1] == (bench.bench_prompts(3), 4, {"ignore_eos": True, "warmup_prompts": 2})
     assert stats["requests"] == 3 and stats["tok_per_s"] > 0
     # CONFIG leaves the start method to vLLM's default (spawn); the cpu profile's engine config forks,
@@ -109,3 +109,15 @@ def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root):
     assert fake.args_classes[0] is fake.EngineArgs and load_profile("cpu")["engine_start_method"] == "fork"
     assert issubclass(fake.args_classes[1], fake.EngineArgs) and fake.args_classes[1] is not fake.EngineArgs
     assert fake.llm_module.EngineArgs is fake.EngineArgs
+
+
+def test_an_engine_that_is_not_batch_invariant_gets_its_reference_prompts_one_at_a_time(vllm_log):
+    log, clock = vllm_log
+    gpu = engine.engine_settings(load_profile("gpu-vllm"))
+    assert gpu["batch_invariant"] is False and "batch_invariant" not in engine.engine_settings(load_profile("cpu"))
+    rows = run.generate_vllm(gpu, ["a", "bb", "c"], 2, False)
+    assert [entry[1] for entry in log if entry[0] == "generate"] == [["a"], ["bb"], ["c"]]
+    assert [r["input_text"] for r in rows] == ["a", "bb", "c"]
+    log.clear()
+    run.generate_vllm(CONFIG, ["a", "bb"], 2, False)
+    assert [entry[1] for entry in log if entry[0] == "generate"] == [["a", "bb"]]
