@@ -11,7 +11,7 @@ export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
 
-.PHONY: env run bench test test-full test-unit test-notebooks notebooks-inplace clean
+.PHONY: env run bench test test-full test-unit test-notebooks test-contract notebooks-inplace clean
 
 env:
 	@bash env/setup_env.sh
@@ -42,9 +42,15 @@ test-notebooks: env
 	$(PY) -m pytest -q $(NBVAL) $$($(PY) -m scripts.lab.run_notebooks --nbval-targets build/smoke)
 	$(PY) -m pytest -q tests/notebooks --deselect tests/notebooks/test_parameters.py
 
-# Everything `make test` runs, then the long runs: notebook 06 again with other parameters, and
-# the Serve application under failure and load (tests/full; TUTORIAL_SOAK_REQUESTS sets the soak).
-test-full: test
+# The GPU-free part of the gpu-trtllm path under the NGC image's own package versions
+# (env/contract/gpu-trtllm.txt: transformers 4.47 ..., installed over the venv; scripts/lab/contract.py).
+test-contract: env
+	$(PY) -m scripts.lab.contract gpu-trtllm
+
+# Everything `make test` runs, then the long runs: notebook 06 again with other parameters, the
+# gpu-trtllm contract, and the Serve application under failure and load (tests/full;
+# TUTORIAL_SOAK_REQUESTS sets the soak).
+test-full: test test-contract
 	$(PY) -m pytest -q tests/notebooks/test_parameters.py
 	$(PY) -m pytest -q -s tests/full
 
