@@ -61,15 +61,20 @@ def test_make_tiny_llama_is_deterministic(made):
     assert (out / "a" / "tokenizer.json").read_bytes() == (out / "b" / "tokenizer.json").read_bytes()
 
 
-@pytest.mark.parametrize("version, keyword", [("4.47.1", "torch_dtype"), (None, "dtype")])
+@pytest.mark.parametrize("version, keyword", [("4.47.1", "torch_dtype"), (None, None)])
 def test_greedy_hf_loads_with_the_dtype_keyword_of_the_installed_transformers(made, monkeypatch, version, keyword):
-    """transformers 4.47 (the TensorRT-LLM container's) raises TypeError for ``dtype=``; the installed
-    transformers accepts both, so the load really runs with each keyword."""
+    """transformers 4.47 (the TensorRT-LLM container's) raises TypeError for ``dtype=``; from 4.56 on
+    ``dtype=`` is the keyword, and ``torch_dtype=`` still works. Pretending to be 4.47.1 loads with
+    ``torch_dtype=``; as installed (this venv's, or 4.47.1 itself under ``make test-contract``) loads
+    with the keyword its major.minor calls for. Each load really runs."""
     import torch
     import transformers
 
     if version is not None:
         monkeypatch.setattr(transformers, "__version__", version)
+    else:
+        major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+        keyword = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     real = transformers.LlamaForCausalLM.from_pretrained.__func__
     seen = []
 
