@@ -102,7 +102,8 @@ def install(contract: Contract) -> None:
 
 def environment(contract: Contract, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(contract.site), env.get("PYTHONPATH", "")) if p)
+    # the pins first, then this checkout's scripts/ (a notebook's kernel would find the venv's editable install)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(contract.site), str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env[CONTRACT_ENV] = contract.profile
     return env
 

@@ -35,7 +35,7 @@ def test_an_overlay_comes_first_for_the_tests(tmp_path, monkeypatch, build_root)
     assert c.missing_pins(contract) == {} and c.installed(contract.site) == {"contract-demo-pkg": "1.2.3"}
     assert c.in_effect(contract) == {"contract-demo-pkg": "1.2.3"}
     env = c.environment(contract, {"PYTHONPATH": "/x"})
-    assert env["PYTHONPATH"].split(":") == [str(contract.site), "/x"] and env[c.CONTRACT_ENV] == "demo"
+    assert env["PYTHONPATH"].split(":") == [str(contract.site), str(c.REPO_ROOT), "/x"] and env[c.CONTRACT_ENV] == "demo"
 
 
 def test_notebook_lines_name_a_notebook_and_the_error_of_its_boundary(tmp_path):
