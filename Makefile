@@ -24,9 +24,8 @@ bench: env
 	$(PY) -m scripts.lab.run_notebooks --profile $(PROFILE) --only 07 --full
 
 # Unit tests, then every notebook under nbval (outputs compared with the committed ones after
-# sanitising; notebooks 05, 07 and 08 at their SMOKE setting), then the values the notebooks' check
-# cells recorded, then the gpu-trtllm contract (about a minute).
-test: env test-unit test-notebooks test-contract
+# sanitising; notebooks 05, 07 and 08 at their SMOKE setting), then the values the notebooks' check cells recorded.
+test: env test-unit test-notebooks
 
 # Two workers (pytest-xdist): most unit-test time is real servers starting, mostly one process
 # importing at a time, so two side by side take little longer than one. --dist loadscope keeps a
@@ -48,9 +47,10 @@ test-notebooks: env
 test-contract: env
 	$(PY) -m scripts.lab.contract gpu-trtllm
 
-# Everything `make test` runs, then the long runs: notebook 06 again with other parameters, and
-# the Serve application under failure and load (tests/full; TUTORIAL_SOAK_REQUESTS sets the soak).
-test-full: test
+# Everything `make test` runs, then the long runs: notebook 06 again with other parameters, the
+# gpu-trtllm contract, and the Serve application under failure and load (tests/full;
+# TUTORIAL_SOAK_REQUESTS sets the soak).
+test-full: test test-contract
 	$(PY) -m pytest -q tests/notebooks/test_parameters.py
 	$(PY) -m pytest -q -s tests/full
 
