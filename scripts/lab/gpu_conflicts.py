@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from scripts.monitor.gpu import nvidia_smi
 from scripts.profiles import Profile
 from scripts.triton.backends import IN_SERVER, IN_STUBS
 
@@ -54,17 +54,9 @@ def free_memory_skip_reason(profile: Profile) -> str | None:
             "each measures the GPU's memory while it starts")
 
 
-def _smi(query: str, what: str) -> list[list[str]]:
-    if shutil.which("nvidia-smi") is None:
-        raise FileNotFoundError("nvidia-smi is not on PATH")
-    out = subprocess.run(["nvidia-smi", f"--query-{what}={query}", "--format=csv,noheader,nounits"],
-                         capture_output=True, text=True, timeout=30, check=True).stdout
-    return [[cell.strip() for cell in line.split(",")] for line in out.splitlines() if line.strip()]
-
-
 def gpu_memory() -> list[dict[str, Any]]:
     """Every GPU: index, name, uuid, total and used memory in bytes (``nvidia-smi --query-gpu``)."""
-    rows = _smi("index,name,uuid,memory.total,memory.used", "gpu")
+    rows = nvidia_smi("index,name,uuid,memory.total,memory.used", "gpu")
     return [{"index": int(i), "name": name, "uuid": uuid, "total_bytes": int(total) * 2**20,
              "used_bytes": int(used) * 2**20} for i, name, uuid, total, used in rows]
 
@@ -79,7 +71,7 @@ def gpu_free_bytes(index: int = 0) -> int:
 
 def memory_by_pid() -> dict[int, int]:
     """GPU memory (bytes) of each process using a GPU (``nvidia-smi --query-compute-apps``)."""
-    return {int(pid): int(used) * 2**20 for pid, used in _smi("pid,used_memory", "compute-apps")
+    return {int(pid): int(used) * 2**20 for pid, used in nvidia_smi("pid,used_memory", "compute-apps")
             if pid.isdigit() and used.isdigit()}
 
 

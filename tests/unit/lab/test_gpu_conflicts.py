@@ -46,8 +46,10 @@ def test_gpu_skip_reason():
 def test_smi_parsing(monkeypatch):
     outputs = {"gpu": "0, NVIDIA H200, GPU-abc, 143771, 512\n",
                "compute-apps": "123, 2048\n456, [N/A]\n"}
-    monkeypatch.setattr(gc.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
-    monkeypatch.setattr(gc.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(
+    from scripts.monitor import gpu as smi  # the one nvidia-smi wrapper, shared with the GPU sampler
+
+    monkeypatch.setattr(smi.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    monkeypatch.setattr(smi.subprocess, "run", lambda argv, **kw: subprocess.CompletedProcess(
         argv, 0, outputs["gpu" if "--query-gpu" in argv[1] else "compute-apps"], ""))
     assert gc.gpu_memory() == [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-abc", "total_bytes": 143771 * 2**20,
                                 "used_bytes": 512 * 2**20}]
