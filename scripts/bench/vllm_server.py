@@ -70,7 +70,11 @@ def start_beside(vllm: "VllmServer", triton, timeout_s: float, *, one_at_a_time:
     started = time.monotonic()
     if one_at_a_time:
         vllm.start(timeout_s)
-        triton.start(timeout_s=timeout_s, retries=1)
+        try:
+            triton.start(timeout_s=timeout_s, retries=1)
+        except BaseException:
+            vllm.stop()
+            raise
         return time.monotonic() - started
     failure: list[BaseException] = []
 

@@ -318,19 +318,6 @@ def build_engine(profile: Profile, dry_run: bool = False) -> dict[str, Any]:
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Prepare the engine of a profile")
-    parser.add_argument("--profile", default="cpu")
-    parser.add_argument("--dry-run", action="store_true", help="print the build commands only")
-    args = parser.parse_args(argv)
-    try:
-        print(json.dumps(build_engine(load_profile(args.profile), dry_run=args.dry_run), indent=2))
-    except (EngineConfigError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
 def one_engine_at_a_time(profile: Profile) -> bool:
     """Whether the profile's engines share a real GPU, where each must be ready before the next starts:
     vLLM checks the GPU's free memory as it starts and profiles its own use against it, so another
@@ -344,6 +331,18 @@ def triton_load_args(profile: Profile) -> tuple[str, ...]:
     return ("--model-load-thread-count=1",) if one_engine_at_a_time(profile) else ()
 
 
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Prepare the engine of a profile")
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--dry-run", action="store_true", help="print the build commands only")
+    args = parser.parse_args(argv)
+    try:
+        print(json.dumps(build_engine(load_profile(args.profile), dry_run=args.dry_run), indent=2))
+    except (EngineConfigError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
-

@@ -170,7 +170,7 @@ def stage_gpu_outputs(profile_name: str) -> list[Path]:
     return written
 
 
-def run_notebooks(contract: Contract) -> list[tuple[NotebookRun, str]]:
+def execute_notebooks(contract: Contract) -> list[tuple[NotebookRun, str]]:
     """Each notebook of the contract under its versions and ``PROFILE=<profile>``, in order, in a build
     directory of its own, with a stand-in checkpoint written by the pinned transformers as
     ``$LLAMA_MODEL_DIR``; each paired with the boundary it must reach."""
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"contract {contract.profile}: {', '.join(f'{n} {v}' for n, v in versions.items())} over this venv; "
           f"{len(contract.notebooks)} notebooks up to the machine, {len(contract.tests)} test paths", flush=True)
-    broken = [(run, boundary) for run, boundary in run_notebooks(contract) if not run.holds(boundary)]
+    broken = [(run, boundary) for run, boundary in execute_notebooks(contract) if not run.holds(boundary)]
     for run, boundary in broken:
         print(f"contract {contract.profile}: {run.notebook} did not reach its boundary ({boundary!r}): "
               + (f"cell {run.stopped_at} raised {run.error}" if run.stopped_at is not None else "no cell failed"),

@@ -22,6 +22,7 @@ from typing import Any, Callable
 from scripts.monitor.gpu import nvidia_smi
 from scripts.profiles import Profile
 from scripts.triton.backends import IN_SERVER, IN_STUBS
+from scripts.triton.instance_size import FRACTION_OF_FREE_ENGINES
 
 #: Triton's log lines that say why a model did not load.
 _REASON = re.compile(r"(out of memory|OutOfMemory|UNAVAILABLE|failed to load)")
@@ -44,8 +45,6 @@ def gpu_skip_reason(profile: Profile, smi: Callable[[], list[dict]] | None = Non
 def free_memory_skip_reason(profile: Profile) -> str | None:
     """Why notebook 06's sections on engines that size their KV cache from the memory *free* (6 and 9)
     do not apply to the profile's engine; None when they do (TensorRT-LLM, transformers)."""
-    from scripts.triton.instance_size import FRACTION_OF_FREE_ENGINES  # noqa: PLC0415
-
     if profile.engine in FRACTION_OF_FREE_ENGINES:
         return None
     return (f"{profile.engine} reserves gpu_memory_utilization of the GPU's TOTAL memory, not a share of what is "

@@ -141,6 +141,10 @@ def test_engines_on_one_real_gpu_start_one_after_the_other():
     start_beside(_Fake("vllm", log), _Fake("triton", log), 30, one_at_a_time=True)
     assert log == [("vllm", "start"), ("vllm", "ready"), ("triton", "start"), ("triton", "ready")]
     log.clear()
+    with pytest.raises(RuntimeError, match="no model"):  # one after the other: a failed Triton stops vllm serve too
+        start_beside(_Fake("vllm", log), _Fake("triton", log, error=RuntimeError("no model")), 30, one_at_a_time=True)
+    assert log[-1] == ("vllm", "stop")
+    log.clear()
     start_beside(_Fake("vllm", log), _Fake("triton", log), 30, one_at_a_time=False)
     assert log.index(("triton", "start")) < log.index(("vllm", "ready"))  # side by side
     assert {e for e in log if e[1] == "ready"} == {("vllm", "ready"), ("triton", "ready")}
