@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Run the notebooks of a pip-installable GPU profile on a GPU host that has no package registry, as the
+# committed copies under docs/gpu-runs/ were made. The wheels come from `env/wheelhouse.py build` (made on
+# a connected machine) and are copied to the host in parts.
+#
+#   env/gpu_host.sh start PROFILE PARTS_DIR WORK NOTEBOOK... [-- run_notebooks options]
+#       copies this checkout to WORK/src, installs the wheels into WORK/site + WORK/venv, and runs the
+#       notebooks one by one in the background (setsid: the run outlives the shell that starts it),
+#       each with its own log under WORK/logs; a notebook that fails does not stop the next one.
+#   env/gpu_host.sh collect WORK DEST
+#       packs what the run has made so far (executed notebooks, logs, build/ without weights) into
+#       DEST/run.tgz, and prints the progress.
+set -u
+cmd=${1:?usage: env/gpu_host.sh start|collect ...}
+shift
+
+case "$cmd" in
+start)
+    profile=$1 parts=$2 work=$3
+    shift 3
+    notebooks=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do notebooks+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    mkdir -p "$work/logs"
+    rm -rf "$work/src"
+    mkdir -p "$work/src"
+    # the checkout, without the wheel parts or anything built here
+    tar --exclude='./.whl*' --exclude='./build' --exclude='./.venv' --exclude='./.git' -cf - . \
+        | tar -xf - -C "$work/src"
+    args=("$@")
+    setsid bash -c '
+        work=$1 profile=$2 parts=$3; shift 3
+        cd "$work/src" || exit 1
+        nb=(); while [ "$1" != "--" ]; do nb+=("$1"); shift; done; shift
+        start=$(date +%s)
+        python3 env/wheelhouse.py install --from "$parts"/part* --target "$work/site" \
+            --venv "$work/venv" --repo "$work/src" >"$work/logs/install.log" 2>&1 \
+            || { echo "install failed: see install.log" >>"$work/logs/summary"; exit 1; }
+        echo "install $(( $(date +%s) - start )) s" >>"$work/logs/summary"
+        export PATH="$work/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$work/build"
+        for n in "${nb[@]}"; do
+            t=$(date +%s)
+            echo "$n running since $(date -u +%T)" >>"$work/logs/summary"
+            python -m scripts.lab.run_notebooks --profile "$profile" --only "$n" \
+                --out "$work/executed" "$@" >"$work/logs/$n.log" 2>&1
+            echo "$n rc=$? $(( $(date +%s) - t )) s" >>"$work/logs/summary"
+        done
+        echo "done" >>"$work/logs/summary"
+    ' gpu_host "$work" "$profile" "$parts" "${notebooks[@]}" -- "${args[@]}" \
+        </dev/null >"$work/logs/pipeline.log" 2>&1 &
+    echo "started: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
+    ;;
+collect)
+    work=$1 dest=$2
+    mkdir -p "$dest"
+    cat "$work/logs/summary" 2>/dev/null
+    (cd "$work" && find logs executed build -type f -size -4M \
+        ! -name '*.safetensors' ! -name '*.bin' ! -name '*.pt' ! -path '*__pycache__*' 2>/dev/null \
+        | tar -czf "$dest/run.tgz" -T -)
+    ls -la "$dest/run.tgz"
+    ;;
+*)
+    echo "unknown command $cmd: start or collect" >&2
+    exit 2
+    ;;
+esac
