@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from scripts.model import configs
+from scripts.model.configs import llama_parameter_count
 from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama, quiet_transformers
 from scripts.profiles import Profile
-from scripts.triton.instance_size import llama_parameter_count
 
 LLAMA_HF_ID = "meta-llama/Llama-3.2-1B-Instruct"
 

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from scripts.model.tiny_llama import llama_config, quiet_transformers
+from scripts.model.configs import llama_parameter_count
+from scripts.model.tiny_llama import architecture, llama_config, quiet_transformers
 
 SPEC_FILE = "larger_llama_spec.json"
 
@@ -41,10 +42,7 @@ class LargerLlamaSpec:
 def parameter_count(spec: LargerLlamaSpec, vocab_size: int) -> int:
     """What ``LlamaForCausalLM`` holds for ``spec`` (untied embeddings, no biases): a check on the
     model as saved, and the size it will have before it is made."""
-    h, i = spec.hidden_size, spec.intermediate_size
-    kv = spec.num_key_value_heads * (h // spec.num_attention_heads)
-    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i + 2 * h  # q, o; k, v; gate, up, down; two norms
-    return 2 * vocab_size * h + spec.num_hidden_layers * per_layer + h  # embeddings, lm_head; final norm
+    return llama_parameter_count(architecture(spec) | {"vocab_size": vocab_size})
 
 
 def _summary(output_dir: Path, parameters: int, made: bool) -> dict[str, Any]:

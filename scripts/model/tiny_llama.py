@@ -111,15 +111,20 @@ def training_sequences(tokenizer, data_dir: Path = DATA_DIR) -> list[list[int]]:
     return seqs
 
 
+def architecture(spec) -> dict:
+    """The ``config.json`` architecture fields of a spec (this module's, or ``larger_llama``'s: the
+    same fields), untied embeddings; the vocabulary size is the tokenizer's, so not among them."""
+    return {"hidden_size": spec.hidden_size, "intermediate_size": spec.intermediate_size,
+            "num_hidden_layers": spec.num_hidden_layers, "num_attention_heads": spec.num_attention_heads,
+            "num_key_value_heads": spec.num_key_value_heads, "tie_word_embeddings": False}
+
+
 def llama_config(spec, **tokens_and_context):
-    """The ``LlamaConfig`` of a spec (this module's, or ``larger_llama``'s: the same architecture
-    fields), untied embeddings; ``tokens_and_context``: vocab_size, max_position_embeddings and the
-    bos/eos/pad token ids."""
+    """The ``LlamaConfig`` of a spec's :func:`architecture`; ``tokens_and_context``: vocab_size,
+    max_position_embeddings and the bos/eos/pad token ids."""
     from transformers import LlamaConfig
 
-    return LlamaConfig(hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                       num_hidden_layers=spec.num_hidden_layers, num_attention_heads=spec.num_attention_heads,
-                       num_key_value_heads=spec.num_key_value_heads, tie_word_embeddings=False, **tokens_and_context)
+    return LlamaConfig(**architecture(spec), **tokens_and_context)
 
 
 def make_tiny_llama(output_dir: str | Path, spec: TinyLlamaSpec = TinyLlamaSpec(), data_dir: Path = DATA_DIR) -> dict:

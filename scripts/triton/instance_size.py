@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 from scripts.capacity.units import (CapacityConfigError, format_bytes, is_number, parse_memory, require_mapping,
                                     require_number)
 from scripts.engine.config import engine_settings as full_engine_settings
+from scripts.model.configs import LLAMA_SIZE_FIELDS, llama_parameter_count
 from scripts.profiles import Profile
 
 #: Activation allowance per instance: this fraction of (weights + full-batch KV cache) ...
@@ -96,13 +97,16 @@ def instance_size(engine_config: Mapping[str, Any], gpu_memory_bytes: int | str,
     model = require_mapping(model_config, "model config")
     if num_parameters is None and cfg.get("num_parameters") is not None:
         num_parameters = cfg["num_parameters"]
-    params = (llama_parameter_count(model) if num_parameters is None
-              else require_number(num_parameters, "num_parameters", whole=True, minimum=1))
+    if num_parameters is None:  # counted from the model config: check what the count reads, in its order
+        for key in LLAMA_SIZE_FIELDS:
+            _positive_int(model, [key], "model config")
     layers = _positive_int(model, ["num_hidden_layers"], "model config")
     heads = _positive_int(model, ["num_attention_heads"], "model config")
     kv_heads = _positive_int(model, ["num_key_value_heads"], "model config", default=heads)
     head_dim = _positive_int(model, ["head_dim"], "model config",
                              default=_positive_int(model, ["hidden_size"], "model config") // heads)
+    params = (llama_parameter_count(model) if num_parameters is None
+              else require_number(num_parameters, "num_parameters", whole=True, minimum=1))
 
     weights = int(params * weight_dtype / parallel)
     kv = int(2 * layers * kv_heads * head_dim * max_seq_len * max_batch * kv_dtype / parallel)
@@ -125,32 +129,6 @@ def instance_size(engine_config: Mapping[str, Any], gpu_memory_bytes: int | str,
     if parallel > 1:
         notes.append(f"weights and KV cache split over {parallel} GPUs (tensor x pipeline parallel)")
     return InstanceSize(engine, gpu_bytes, params, weights, kv, activations, per_instance, tuple(notes))
-
-
-def llama_parameter_count(model_config: Mapping[str, Any]) -> int:
-    """Parameters of a Llama-architecture model from its Hugging Face ``config.json`` dict.
-
-    Embeddings + per layer (q, k, v, o projections, gate/up/down MLP, two RMSNorms) + final norm
-    + LM head (unless ``tie_word_embeddings``). Biases are counted when ``attention_bias`` /
-    ``mlp_bias`` are set.
-    """
-    cfg = require_mapping(model_config, "model config")
-    where = "model config"
-    vocab = _positive_int(cfg, ["vocab_size"], where)
-    hidden = _positive_int(cfg, ["hidden_size"], where)
-    inter = _positive_int(cfg, ["intermediate_size"], where)
-    layers = _positive_int(cfg, ["num_hidden_layers"], where)
-    heads = _positive_int(cfg, ["num_attention_heads"], where)
-    kv_heads = _positive_int(cfg, ["num_key_value_heads"], where, default=heads)
-    head_dim = _positive_int(cfg, ["head_dim"], where, default=hidden // heads)
-    q, kv = heads * head_dim, kv_heads * head_dim
-    attention = hidden * q + 2 * hidden * kv + q * hidden
-    if cfg.get("attention_bias"):
-        attention += q + 2 * kv + hidden
-    mlp = 3 * hidden * inter + (2 * inter + hidden if cfg.get("mlp_bias") else 0)
-    per_layer = attention + mlp + 2 * hidden
-    lm_head = 0 if cfg.get("tie_word_embeddings", False) else vocab * hidden
-    return vocab * hidden + layers * per_layer + hidden + lm_head
 
 
 def _positive_int(config: Mapping[str, Any], keys: Sequence[str], where: str, default: int | None = None) -> int:

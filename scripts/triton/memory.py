@@ -60,7 +60,7 @@ from typing import Any, Mapping
 from scripts.capacity.units import CapacityConfigError, format_bytes, is_number, require_number
 from scripts.triton import parallel_loading as parallel
 from scripts.triton.instance_size import (ACTIVATION_FRACTION, FRACTION_OF_FREE_ENGINES, RUNTIME_OVERHEAD_BYTES,
-                                          engine_settings, instance_size, llama_parameter_count)
+                                          engine_settings, instance_size)
 
 #: TensorRT-LLM's default ``kv_cache_free_gpu_mem_fraction`` (KvCacheConfig::kDefaultGpuMemFraction), also
 #: transformers' default ``max_memory_percent``.
@@ -77,7 +77,7 @@ _FRACTION_NAMES = {"tensorrt_llm": "kv_cache_free_gpu_mem_fraction",
 _FRACTION_SETTINGS = {"tensorrt_llm": "kv_cache_free_gpu_mem_fraction",
                       "transformers": "the engine config's kv_cache_free_gpu_mem_fraction (max_memory_percent)"}
 __all__ = ["KV_CACHE_FREE_GPU_MEM_FRACTION", "InstanceLoad", "TritonMemoryEstimate", "engine_settings",
-           "llama_parameter_count", "max_safe_instance_count", "safe_kv_fraction", "triton_instance_memory"]
+           "max_safe_instance_count", "safe_kv_fraction", "triton_instance_memory"]
 
 
 @dataclass(frozen=True)

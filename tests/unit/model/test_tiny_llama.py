@@ -108,9 +108,8 @@ def test_shaped_model_has_the_shape_and_prints_only_known_tokens(tmp_path, build
     from transformers import AutoModelForCausalLM
 
     from scripts.model.checkpoint import make_shaped_model
-    from scripts.model.configs import LLAMA_3_2_1B
+    from scripts.model.configs import LLAMA_3_2_1B, llama_parameter_count as parameter_count
     from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama
-    from scripts.triton.instance_size import llama_parameter_count as parameter_count
 
     tokenizer_dir = tmp_path / "tiny"
     make_tiny_llama(tokenizer_dir, TinyLlamaSpec(train_steps=1))
