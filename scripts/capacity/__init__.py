@@ -19,7 +19,9 @@ of each current name) and :mod:`~scripts.capacity.keycheck`: :func:`check_serve_
 ``serve deploy`` without a cluster, and :func:`check_capacity` fails its report on them.
 
 The GPU memory of Triton model instances (``instance_group { count }``) is
-:mod:`scripts.triton.memory`; the command line checks both.
+:mod:`~scripts.capacity.instance_memory` (what one instance needs: :mod:`~scripts.capacity.instance_size`;
+instances loading one after another or in parallel: :mod:`~scripts.capacity.serial_loading`,
+:mod:`~scripts.capacity.parallel_loading`); the command line checks both.
 """
 from scripts.capacity.check import check_capacity
 from scripts.capacity.cluster import Cluster, Node, absent_accelerator_type, cluster_from_ray, parse_cluster

@@ -24,10 +24,10 @@ import yaml
 
 from scripts.capacity.check import check_capacity
 from scripts.capacity.cluster import Cluster, cluster_from_ray, parse_cluster
+from scripts.capacity.instance_memory import KV_CACHE_FREE_GPU_MEM_FRACTION, triton_instance_memory
 from scripts.capacity.keycheck import deprecated_key_notes, format_key_report, serve_key_findings, upgrade_serve_keys
 from scripts.capacity.spec import parse_serve_config
 from scripts.capacity.units import CapacityConfigError, require_mapping
-from scripts.triton.memory import KV_CACHE_FREE_GPU_MEM_FRACTION, triton_instance_memory
 
 
 def _load_file(path: str | Path, what: str) -> Any:

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from scripts.capacity.instance_size import FRACTION_OF_FREE_ENGINES
 from scripts.monitor.gpu import nvidia_smi
 from scripts.profiles import Profile
 from scripts.triton.backends import IN_SERVER, IN_STUBS
-from scripts.triton.instance_size import FRACTION_OF_FREE_ENGINES
 
 #: Triton's log lines that say why a model did not load.
 _REASON = re.compile(r"(out of memory|OutOfMemory|UNAVAILABLE|failed to load)")

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from scripts import results
+from scripts.capacity.instance_size import FRACTION_OF_FREE_ENGINES
 from scripts.engine.config import read_engine_config
 from scripts.paths import BUILD_DIR_ENV, REPO_ROOT, reference_path
 from scripts.profiles import load_profile
 from scripts.triton.backends import engine_backend
-from scripts.triton.instance_size import FRACTION_OF_FREE_ENGINES
 from scripts.triton.repository.fill import COMMON_MODELS
 from scripts.triton.repository.lint import lint
 

@@ -8,8 +8,8 @@ import yaml
 
 from capacity_builders import app, dep, nodes
 from scripts.capacity.cli import main
+from scripts.capacity.instance_memory import max_safe_instance_count, safe_kv_fraction
 from scripts.model.configs import LLAMA_3_2_1B
-from scripts.triton.memory import max_safe_instance_count, safe_kv_fraction
 
 TRTLLM_ENGINE = {"engine": "tensorrt_llm", "dtype": "float16", "max_seq_len": 2048, "max_batch_size": 8}
 

@@ -45,22 +45,25 @@ in parallel; then what each instance finds free depends on timing. ``parallel_lo
 three-way :attr:`TritonMemoryEstimate.verdict`: ``loads`` when even the worst case fits (every
 instance sizing its KV cache with only its own engine loaded), ``fails`` when even the best case does
 not (every engine loaded before any KV cache is sized: only when the engines alone do not fit), ``may
-fail`` in between. Sources and the arithmetic: :mod:`scripts.triton.parallel_loading`. The
-instances of TensorRT-LLM's backend load one after another (it does not declare parallel loading).
+fail`` in between. Sources and the arithmetic: :mod:`scripts.capacity.parallel_loading`. The
+instances of TensorRT-LLM's backend load one after another (it does not declare parallel loading):
+:mod:`scripts.capacity.serial_loading`.
 
 What one instance needs (weights, activations, the KV cache of a full batch) comes from
-:mod:`scripts.triton.instance_size`.
+:mod:`scripts.capacity.instance_size`; the report's text from :mod:`scripts.capacity.instance_memory_report`.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from scripts.capacity.units import CapacityConfigError, format_bytes, is_number, require_number
-from scripts.triton import parallel_loading as parallel
-from scripts.triton.instance_size import (ACTIVATION_FRACTION, FRACTION_OF_FREE_ENGINES, RUNTIME_OVERHEAD_BYTES,
-                                          engine_settings, instance_size)
+from scripts.capacity import parallel_loading as parallel
+from scripts.capacity import serial_loading as serial
+from scripts.capacity.instance_memory_report import format_report
+from scripts.capacity.instance_size import (ACTIVATION_FRACTION, FRACTION_OF_FREE_ENGINES, RUNTIME_OVERHEAD_BYTES,
+                                            instance_size)
+from scripts.capacity.serial_loading import InstanceLoad
+from scripts.capacity.units import CapacityConfigError, is_number, require_number
 
 #: TensorRT-LLM's default ``kv_cache_free_gpu_mem_fraction`` (KvCacheConfig::kDefaultGpuMemFraction), also
 #: transformers' default ``max_memory_percent``.
@@ -70,30 +73,8 @@ KV_CACHE_FREE_GPU_MEM_FRACTION = 0.9
 USABLE_GPU_MEMORY_FRACTION = 0.9
 #: The most instances a simulation loads (it stops at the first failure long before).
 MAX_INSTANCES = 1024
-#: The engine's name in the report, and what it calls the fraction.
-_ENGINE_NAMES = {"tensorrt_llm": "TensorRT-LLM", "transformers": "transformers", "vllm": "vLLM"}
-_FRACTION_NAMES = {"tensorrt_llm": "kv_cache_free_gpu_mem_fraction",
-                   "transformers": "max_memory_percent (engine config: kv_cache_free_gpu_mem_fraction)"}
-_FRACTION_SETTINGS = {"tensorrt_llm": "kv_cache_free_gpu_mem_fraction",
-                      "transformers": "the engine config's kv_cache_free_gpu_mem_fraction (max_memory_percent)"}
-__all__ = ["KV_CACHE_FREE_GPU_MEM_FRACTION", "InstanceLoad", "TritonMemoryEstimate", "engine_settings",
-           "max_safe_instance_count", "safe_kv_fraction", "triton_instance_memory"]
-
-
-@dataclass(frozen=True)
-class InstanceLoad:
-    """One TensorRT-LLM/transformers instance loading: it needs ``needs_bytes`` free for its engine, then its KV
-    cache takes the fraction of what is free after that."""
-
-    number: int            # 1-based, in load order over every instance on the GPU
-    free_before: int
-    needs_bytes: int       # weights + activations/runtime
-    kv_cache_bytes: int    # 0 when it failed
-    loaded: bool
-
-    @property
-    def free_after(self) -> int:
-        return self.free_before - self.needs_bytes - self.kv_cache_bytes if self.loaded else self.free_before
+__all__ = ["KV_CACHE_FREE_GPU_MEM_FRACTION", "TritonMemoryEstimate", "max_safe_instance_count", "safe_kv_fraction",
+           "triton_instance_memory"]
 
 
 @dataclass(frozen=True)
@@ -177,7 +158,7 @@ class TritonMemoryEstimate:
         return self.fits
 
     def format_report(self) -> str:
-        return _format_from_free(self) if self.sized_from_free else _format_static(self)
+        return format_report(self)
 
 
 def triton_instance_memory(engine_config: Mapping[str, Any], instance_count: int, gpu_memory_bytes: int | str,
@@ -229,14 +210,14 @@ def triton_instance_memory(engine_config: Mapping[str, Any], instance_count: int
     if sizes.engine not in FRACTION_OF_FREE_ENGINES:
         usable = int(sizes.gpu * usable_fraction)
         return TritonMemoryEstimate(**common, max_safe_count=usable // (sizes.per_instance * sharing))
-    loads = _load_one_by_one(sizes.gpu, sizes.per_instance, fraction, count * sharing)
+    loads = serial.load_one_by_one(sizes.gpu, sizes.per_instance, fraction, count * sharing)
     if parallel_loading:
         loadable = parallel.max_count(sizes.gpu, sizes.per_instance, fraction, MAX_INSTANCES)
         safe = parallel.safe_fraction(sizes.gpu, sizes.per_instance, count * sharing, fraction)
     else:
-        loadable = sum(load.loaded for load in _load_one_by_one(sizes.gpu, sizes.per_instance, fraction,
-                                                                MAX_INSTANCES))
-        safe = _safe_fraction(sizes.gpu, sizes.per_instance, count * sharing, fraction, sizes.kv)
+        loadable = sum(load.loaded for load in serial.load_one_by_one(sizes.gpu, sizes.per_instance, fraction,
+                                                                       MAX_INSTANCES))
+        safe = serial.safe_fraction(sizes.gpu, sizes.per_instance, count * sharing, fraction, sizes.kv)
     return TritonMemoryEstimate(**common, max_safe_count=loadable // sharing, safe_fraction=safe, loads=loads)
 
 
@@ -281,124 +262,3 @@ def _fraction(value: Any, name: str = "kv_cache_free_gpu_mem_fraction") -> float
             f"{name} must be a number above 0 and below 1 (TensorRT-LLM rejects 1.0), "
             f"got {value!r}: use e.g. 0.9, the backend's default, or a smaller share per instance")
     return value
-
-
-# -- TensorRT-LLM, transformers: instances load one after another ------------------------------
-
-def _load_one_by_one(gpu_bytes: int, needs: int, fraction: float, count: int) -> tuple[InstanceLoad, ...]:
-    """Load ``count`` instances in turn until one does not fit (that one is the last returned)."""
-    loads, free = [], gpu_bytes
-    for number in range(1, count + 1):
-        if needs > free:
-            loads.append(InstanceLoad(number, free, needs, 0, False))
-            break
-        kv = int(fraction * (free - needs))  # the KV cache: the fraction of what is free after the engine
-        loads.append(InstanceLoad(number, free, needs, kv, True))
-        free -= needs + kv
-    return tuple(loads)
-
-
-def _safe_fraction(gpu_bytes: int, needs: int, count: int, at_most: float, full_batch: int) -> float | None:
-    """The largest fraction (0.01 steps, <= ``at_most``) with which ``count`` instances all load, each
-    KV cache holding a full batch; failing that, the largest with which they all load; None: none does."""
-    loading = []
-    for hundredths in range(math.floor(round(at_most * 100, 6)), 0, -1):
-        loads = _load_one_by_one(gpu_bytes, needs, hundredths / 100, count)
-        if all(load.loaded for load in loads):
-            if loads[-1].kv_cache_bytes >= full_batch:  # the last instance's KV cache is the smallest
-                return hundredths / 100
-            loading.append(hundredths / 100)
-    return loading[0] if loading else None
-
-
-# -- the report -------------------------------------------------------------------------------
-
-_NOT_EVEN_ONE = ("Result: FAIL (not even one instance fits): lower max_batch_size or max_seq_len, use a smaller "
-                 "dtype or quantisation, tensor parallelism, or a GPU with more memory")
-
-
-def _format_static(e: TritonMemoryEstimate) -> str:
-    sharing = f" x {e.replicas_per_gpu} replicas sharing the GPU" if e.replicas_per_gpu > 1 else ""
-    estimate = e.weight_bytes + e.kv_cache_bytes + e.activation_bytes
-    lines = [
-        f"Triton instance memory ({e.num_parameters / 1e9:.3g} B parameters):",
-        f"  per instance: weights {format_bytes(e.weight_bytes)} + KV cache {format_bytes(e.kv_cache_bytes)}"
-        f" + activations/runtime {format_bytes(e.activation_bytes)} = {format_bytes(estimate)}"
-        + (f" (reserves {format_bytes(e.per_instance_bytes)})" if e.per_instance_bytes > estimate else ""),
-        f"  instance_group count {e.instance_count}{sharing}: {format_bytes(e.total_bytes)} of "
-        f"{format_bytes(e.usable_bytes)} usable ({e.usable_fraction:.0%} of {format_bytes(e.gpu_memory_bytes)})",
-        f"  largest safe count: {e.max_safe_count}",
-    ]
-    lines += [f"  note: {n}" for n in e.notes]
-    if e.fits:
-        lines.append("Result: OK (the instances fit in GPU memory)")
-    elif e.max_safe_count >= 1:
-        lines.append(f"Result: FAIL (out of GPU memory at load): lower instance_group count to {e.max_safe_count}")
-    else:
-        lines.append(_NOT_EVEN_ONE + (", or fewer replicas per GPU" if e.replicas_per_gpu > 1 else ""))
-    return "\n".join(lines)
-
-
-def _format_load(load: InstanceLoad) -> str:
-    if load.loaded:
-        return (f"    instance {load.number}: {format_bytes(load.free_before)} free: engine "
-                f"{format_bytes(load.needs_bytes)} + KV cache {format_bytes(load.kv_cache_bytes)}, "
-                f"{format_bytes(load.free_after)} left")
-    return (f"    instance {load.number}: {format_bytes(load.free_before)} free, its engine needs "
-            f"{format_bytes(load.needs_bytes)}: out of memory")
-
-
-def _format_from_free(e: TritonMemoryEstimate) -> str:
-    f, n = e.kv_cache_free_gpu_mem_fraction, e.total_instances
-    name, setting = _FRACTION_NAMES[e.engine], _FRACTION_SETTINGS[e.engine]
-    head = [
-        f"Triton instance memory, {_ENGINE_NAMES[e.engine]} ({e.num_parameters / 1e9:.3g} B parameters):",
-        f"  each instance loads its engine: weights {format_bytes(e.weight_bytes)} + activations/runtime "
-        f"{format_bytes(e.activation_bytes)} = {format_bytes(e.per_instance_bytes)}",
-        f"  then its KV cache takes {name} {f:g} of the GPU memory still free "
-        f"(a full batch needs {format_bytes(e.kv_cache_bytes)})",
-    ]
-    if e.parallel_loading:
-        return "\n".join(head + parallel.report_lines(e, setting, _NOT_EVEN_ONE))
-    sharing = f" x {e.replicas_per_gpu} replicas sharing the GPU = {n} instances" if e.replicas_per_gpu > 1 else ""
-    loads = [_format_load(load) for load in e.loads]
-    if len(loads) > 8:
-        loads[3:-2] = [f"    ... instances 4-{len(loads) - 2} the same way, each KV cache smaller than the last"]
-    lines = [
-        *head,
-        f"  instance_group count {e.instance_count}{sharing} on a {format_bytes(e.gpu_memory_bytes)} GPU"
-        + (", loading one after another:" if n > 1 else ":"),
-        *loads,
-        f"  largest safe count at fraction {f:g}: {e.max_safe_count}" + (" per replica" if sharing else ""),
-    ]
-    notes = list(e.notes)
-    if e.replicas_per_gpu > 1:
-        notes.append("the replicas start together: two instances that size their KV caches at the same moment both "
-                     f"take {f:g} of the same free memory, so the order above is the best case")
-    if e.fits and e.loads[-1].kv_cache_bytes < e.kv_cache_bytes:
-        notes.append(f"instance {n}'s KV cache ({format_bytes(e.loads[-1].kv_cache_bytes)}) is smaller than a full "
-                     "batch needs: it runs fewer sequences at full length at once")
-    lines += [f"  note: {note}" for note in notes]
-    failed = e.failed
-    if failed is None:
-        lines.append("Result: OK (the instance loads)" if n == 1 else f"Result: OK (all {n} instances load)")
-        return "\n".join(lines)
-    if failed.number == 1:
-        lines.append(_NOT_EVEN_ONE)
-        return "\n".join(lines)
-    before = ("instance 1's KV cache took" if failed.number == 2
-              else f"the KV caches of instances 1-{failed.number - 1} each took")
-    engines = "its engine" if failed.number == 2 else "their engines"
-    fixes = [f"lower instance_group count to {e.max_safe_count}"] if e.max_safe_count >= 1 else []
-    if e.safe_fraction is not None:
-        smallest = _load_one_by_one(e.gpu_memory_bytes, e.per_instance_bytes, e.safe_fraction, n)[-1].kv_cache_bytes
-        fixes.append(f"set {setting} to {e.safe_fraction:g} so all {n} load (the smallest "
-                     f"KV cache then {format_bytes(smallest)}; a full batch needs {format_bytes(e.kv_cache_bytes)})")
-    else:
-        lines.append(f"  no {setting} lets all {n} load: {n} engines alone need "
-                     f"{format_bytes(n * e.per_instance_bytes)} of {format_bytes(e.gpu_memory_bytes)}")
-    if e.replicas_per_gpu > 1 and e.max_safe_count == 0:
-        fixes.append("use fewer replicas per GPU")
-    lines.append(f"Result: FAIL (instance {failed.number} of {n} runs out of GPU memory loading its engine: "
-                 f"{before} {f:g} of the memory free after {engines} loaded): " + ", or ".join(fixes))
-    return "\n".join(lines)

@@ -17,7 +17,7 @@ from typing import Any, Mapping, Sequence
 
 from scripts.capacity.units import (CapacityConfigError, format_bytes, is_number, parse_memory, require_mapping,
                                     require_number)
-from scripts.engine.config import engine_settings as full_engine_settings
+from scripts.engine.config import engine_settings
 from scripts.model.configs import LLAMA_SIZE_FIELDS, llama_parameter_count
 from scripts.profiles import Profile
 
@@ -42,9 +42,10 @@ _ESTIMATE_KEYS = {"tensorrt_llm": ("engine", "dtype", "max_batch_size", "max_seq
                                    "kv_cache_free_gpu_mem_fraction")}
 
 
-def engine_settings(profile: Profile) -> dict[str, Any]:
-    """The settings of ``profile``'s engine config that the estimate reads."""
-    settings = full_engine_settings(profile)
+def memory_estimate_settings(profile: Profile) -> dict[str, Any]:
+    """The few settings of ``profile``'s engine config (:func:`scripts.engine.config.engine_settings`) that
+    the memory estimate reads: the engine, dtype, batch and length limits, parallelism."""
+    settings = engine_settings(profile)
     return {key: settings[key] for key in _ESTIMATE_KEYS[settings["engine"]] if key in settings}
 
 

@@ -17,9 +17,10 @@ process, and what each finds free when it sizes its KV cache depends on timing:
   after another, each seeing the ones before it: N x need + (1 - (1 - fraction)^N) x (GPU - N x need),
   which fits whenever the N engines alone do. When even that fails (N x need > GPU), no timing and no
   fraction lets all N load.
-* in between, e.g. the instances loading one after another (:func:`scripts.triton.memory._load_one_by_one`,
-  where a later engine may find too little left), or two instances measuring at the same moment and
-  both taking the fraction of the same free memory.
+* in between, e.g. the instances loading one after another
+  (:func:`scripts.capacity.serial_loading.load_one_by_one`, where a later engine may find too little
+  left), or two instances measuring at the same moment and both taking the fraction of the same free
+  memory.
 
 Hence three verdicts: ``loads`` (the worst case fits), ``fails`` (not even the best case fits) and
 ``may fail`` (the timing decides: it may load on one start and not on the next).
@@ -91,9 +92,9 @@ def max_count(gpu_bytes: int, needs: int, fraction: float, limit: int) -> int:
 
 
 def report_lines(e: Any, setting: str, not_even_one: str) -> list[str]:
-    """The load-order, worst/best-case and verdict lines of :class:`scripts.triton.memory.TritonMemoryEstimate`
-    ``e`` under parallel loading; ``setting``: where to set the fraction, ``not_even_one``: the result line
-    when one engine alone does not fit."""
+    """The load-order, worst/best-case and verdict lines of
+    :class:`scripts.capacity.instance_memory.TritonMemoryEstimate` ``e`` under parallel loading; ``setting``:
+    where to set the fraction, ``not_even_one``: the result line when one engine alone does not fit."""
     f, n, gpu, need = e.kv_cache_free_gpu_mem_fraction, e.total_instances, e.gpu_memory_bytes, e.per_instance_bytes
     own, best = own_engine_kv(gpu, need, f), best_case_kv(gpu, need, f, n)
     worst_total, best_total = worst_case_bytes(gpu, need, f, n), best_case_bytes(gpu, need, f, n)
