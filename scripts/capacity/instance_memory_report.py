@@ -1,16 +1,14 @@
 """The text of :class:`scripts.capacity.instance_memory.TritonMemoryEstimate`'s report: per instance
 what it needs, the instances loading one after another (or, in parallel, the worst and best case),
-and a result line that names the fix."""
+and a result line that names the fix. Each function reads an estimate ``e``'s fields and properties
+(typed ``Any`` here: the estimate imports this module)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from scripts.capacity import parallel_loading as parallel
 from scripts.capacity.serial_loading import InstanceLoad, load_one_by_one
 from scripts.capacity.units import format_bytes
-
-if TYPE_CHECKING:
-    from scripts.capacity.instance_memory import TritonMemoryEstimate
 
 #: The engine's name in the report, and what it calls the fraction.
 _ENGINE_NAMES = {"tensorrt_llm": "TensorRT-LLM", "transformers": "transformers", "vllm": "vLLM"}
@@ -23,12 +21,12 @@ _NOT_EVEN_ONE = ("Result: FAIL (not even one instance fits): lower max_batch_siz
                  "dtype or quantisation, tensor parallelism, or a GPU with more memory")
 
 
-def format_report(e: TritonMemoryEstimate) -> str:
+def format_report(e: Any) -> str:
     """The estimate in words, ending in a ``Result:`` line."""
     return _format_from_free(e) if e.sized_from_free else _format_static(e)
 
 
-def _format_static(e: TritonMemoryEstimate) -> str:
+def _format_static(e: Any) -> str:
     sharing = f" x {e.replicas_per_gpu} replicas sharing the GPU" if e.replicas_per_gpu > 1 else ""
     estimate = e.weight_bytes + e.kv_cache_bytes + e.activation_bytes
     lines = [
@@ -59,7 +57,7 @@ def _format_load(load: InstanceLoad) -> str:
             f"{format_bytes(load.needs_bytes)}: out of memory")
 
 
-def _format_from_free(e: TritonMemoryEstimate) -> str:
+def _format_from_free(e: Any) -> str:
     f, n = e.kv_cache_free_gpu_mem_fraction, e.total_instances
     name, setting = _FRACTION_NAMES[e.engine], _FRACTION_SETTINGS[e.engine]
     head = [
