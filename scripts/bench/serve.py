@@ -1,7 +1,7 @@
 """Throughput through Ray Serve against the same Triton called directly, side by side in one run.
 
 ``python -m scripts.bench.serve --serve-url http://127.0.0.1:PORT --triton-grpc 127.0.0.1:PORT
---model-repository build/triton_repo/cpu-serve`` (or :func:`compare` from Python) sends the
+--model-repository build/triton_repo/cpu-serve`` (or :func:`serve_vs_triton` from Python) sends the
 same greedy chat requests two ways, at the same concurrency: straight to a replica's Triton
 ensemble (gRPC, the prompt rendered with the chat template as the app renders it), then through
 Serve's ``/v1/chat/completions``. It counts errors, generated tokens (Serve's ``usage``, Triton's
@@ -128,26 +128,26 @@ async def run_triton(grpc_url: str, prompts: list[str], max_tokens: int, concurr
     return _rate(texts, tokens, errors, wall), texts
 
 
-def compare(serve_url: str, triton_grpc: str, model_repository: str | Path, requests: int = 200, concurrency: int = 32,
-            max_tokens: int = 32, rounds: int = 3, warmup: int = 8,
-            log: Callable[[str], None] | None = print) -> dict[str, Any]:
+def serve_vs_triton(serve_url: str, triton_grpc: str, model_repository: str | Path, requests: int = 200,
+                    concurrency: int = 32, max_tokens: int = 32, rounds: int = 3, warmup: int = 8,
+                    log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """``rounds`` rounds, each Triton direct then Serve; the ratio reported is the median round's
     (on a small machine one round of a few seconds is at the mercy of whatever else runs).
 
     ``log`` gets a line as each round ends and the summary at the end (``None``: quiet). It runs
     an event loop of its own: where one runs already (Jupyter), call it from a thread
-    (``await asyncio.to_thread(compare, ...)``).
+    (``await asyncio.to_thread(serve_vs_triton, ...)``).
     """
     tokenizer = load_tokenizer(repository_facts(Path(model_repository)).tokenizer_dir)
     conversations = bench_messages(requests)
     prompts = [chat_prompt(tokenizer, c) for c in conversations]
-    return asyncio.run(_compare(serve_url, triton_grpc, conversations, prompts, len(tokenizer), concurrency, max_tokens,
-                                rounds, warmup, log or (lambda _line: None)))
+    return asyncio.run(_serve_vs_triton(serve_url, triton_grpc, conversations, prompts, len(tokenizer), concurrency,
+                                        max_tokens, rounds, warmup, log or (lambda _line: None)))
 
 
-async def _compare(serve_url: str, triton_grpc: str, conversations: list[list[dict[str, str]]], prompts: list[str],
-                   vocab_size: int, concurrency: int, max_tokens: int, rounds: int, warmup: int,
-                   say: Callable[[str], None]) -> dict[str, Any]:
+async def _serve_vs_triton(serve_url: str, triton_grpc: str, conversations: list[list[dict[str, str]]],
+                           prompts: list[str], vocab_size: int, concurrency: int, max_tokens: int, rounds: int,
+                           warmup: int, say: Callable[[str], None]) -> dict[str, Any]:
     requests = len(conversations)
     await run_triton(triton_grpc, prompts[:warmup], max_tokens, concurrency, vocab_size)
     await run_serve(serve_url, conversations[:warmup], max_tokens, concurrency)
@@ -170,7 +170,7 @@ async def _compare(serve_url: str, triton_grpc: str, conversations: list[list[di
 
 
 def summary(result: dict[str, Any], requests: int) -> str:
-    """The median round of :func:`compare`'s result, in four lines."""
+    """The median round of :func:`serve_vs_triton`'s result, in four lines."""
     t, s = result["triton"], result["serve"]
     return "\n".join([
         f"{requests} greedy chat requests, {result['concurrency']} in flight, {result['rounds']} rounds (median round shown)",
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args(argv)
-    result = compare(args.serve_url, args.triton_grpc, args.model_repository, args.requests, args.concurrency,
+    result = serve_vs_triton(args.serve_url, args.triton_grpc, args.model_repository, args.requests, args.concurrency,
                      args.max_tokens, args.rounds, log=lambda line: print(line, flush=True))
     print(json.dumps(result))
     return 0 if result["all_succeeded"] else 1

@@ -86,8 +86,8 @@ def offline_main(engine_dir: str, n: int, tokens: int) -> dict:
             "tok_per_s": run.generated_tokens / run.generate_s}
 
 
-def compare(url: str, engine_dir: str, requests: int = 64, tokens: int = 32, *, model: str = "ensemble",
-            offline: bool = True) -> dict:
+def triton_vs_offline(url: str, engine_dir: str, requests: int = 64, tokens: int = 32, *, model: str = "ensemble",
+                      offline: bool = True) -> dict:
     """Triton's rate on ``requests`` concurrent streams, then (``offline``) the engine's own rate on
     the same prompts, and their ratio; prints each as it is measured. ``offline`` needs the engine
     in this environment (vLLM on cpu); without it the result has Triton's side only."""
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.url:
         p.error("--url is required")
-    result = compare(args.url, args.engine_dir, args.requests, args.tokens, model=args.model)
+    result = triton_vs_offline(args.url, args.engine_dir, args.requests, args.tokens, model=args.model)
     print(json.dumps(result))
     return 0 if result["triton"]["succeeded"] == result["triton"]["requests"] else 1
 

@@ -102,9 +102,9 @@ def direct_triton(monkeypatch):
     return triton
 
 
-def test_compare_reports_the_median_round_and_prints_each_round(base, direct_triton):
+def test_serve_vs_triton_reports_the_median_round_and_prints_each_round(base, direct_triton):
     lines = []
-    result = bench.compare(base, "127.0.0.1:1", "repo", requests=6, concurrency=3, max_tokens=8, rounds=3, warmup=2,
+    result = bench.serve_vs_triton(base, "127.0.0.1:1", "repo", requests=6, concurrency=3, max_tokens=8, rounds=3, warmup=2,
                            log=lines.append)
     assert result["all_succeeded"] and result["all_same_text"] and result["same_text"] == 6
     assert result["ratio"] == sorted(result["ratios"])[1] and len(result["ratios"]) == 3
@@ -114,11 +114,11 @@ def test_compare_reports_the_median_round_and_prints_each_round(base, direct_tri
     assert lines[3] == bench.summary(result, 6) and "ratio Serve / Triton" in lines[3]
 
 
-def test_compare_notices_different_text_and_failed_requests(direct_triton):
+def test_serve_vs_triton_notices_different_text_and_failed_requests(direct_triton):
     direct_triton.chunks = [Chunk("something else", 2)]
     with serving(long_service(fail=1)) as url:
         # as notebook 05 calls it: from a thread, the kernel's event loop running meanwhile
-        result = asyncio.run(asyncio.to_thread(bench.compare, url, "127.0.0.1:1", "repo", requests=4, concurrency=2,
+        result = asyncio.run(asyncio.to_thread(bench.serve_vs_triton, url, "127.0.0.1:1", "repo", requests=4, concurrency=2,
                                                rounds=1, warmup=1, log=None))
     assert not result["all_succeeded"] and not result["all_same_text"] and result["same_text"] == 0
     assert result["serve"]["succeeded"] == 0 and result["triton"]["succeeded"] == 4
