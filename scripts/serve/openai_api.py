@@ -18,10 +18,6 @@ from typing import Annotated, Any, Iterable, Literal, Optional, Union
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationError)
 
-# Notebook 05 imports the detokenizer from here, next to the chunks it fills; it lives with the
-# rest of the streamed text's assembly in scripts.serve.streaming.
-from scripts.serve.streaming import IncrementalDetokenizer  # noqa: F401
-
 #: Most stop sequences a request may give (OpenAI's limit).
 MAX_STOP_SEQUENCES = 4
 #: Largest stream_interval a request may ask for (a chunk of tokens; more buys nothing).
