@@ -163,14 +163,3 @@ def change_for(scope: str, key: str) -> KeyChange | None:
         if change.scope == scope and change.old == key:
             return change
     return None
-
-
-def format_table() -> str:
-    """The table, one line per key (for a notebook or ``--keys-only`` users who want the list)."""
-    lines = []
-    for c in KEY_CHANGES:
-        where = "" if c.scope == TOP else f"{c.scope}."
-        new = c.target or "(removed)"
-        what = "rejected" if c.rejected else "dropped silently"
-        lines.append(f"{where}{c.old} -> {new} [{c.kind}; Ray 2.60: {what}; {c.where_defined}]")
-    return "\n".join(lines)
