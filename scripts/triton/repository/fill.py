@@ -138,7 +138,7 @@ def fill_for_profile(profile: Profile, settings: RepoSettings | None = None, out
     return {"repository": str(output_dir), "models": sorted(p.name for p in written), "settings": asdict(settings)}
 
 
-def tree(path: Path, root: Path | None = None) -> str:
+def tree(path: Path) -> str:
     """A text tree of a repository (files and folders, sorted), for display."""
     path = Path(path)
     lines = [path.name + "/"]
