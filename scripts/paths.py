@@ -54,6 +54,26 @@ def triton_log_path(http_port: int) -> Path:
     return triton_log_dir() / f"tritonserver-{http_port}.log"
 
 
+def in_process_lib_dir() -> Path:
+    """Where the in-process probe links ``libtritonserver.so`` to the ``nvidia-pytriton`` wheel's library."""
+    return build_dir() / "triton" / "in_process_lib"
+
+
+def vllm_log_dir() -> Path:
+    """Where the ``vllm serve`` processes started by this repository's code log (one file a server)."""
+    return build_dir() / "vllm" / "logs"
+
+
+def bench_result_dir(profile_name: str, smoke: bool) -> Path:
+    """Where notebook 07 saves its benchmark runs and tables: one folder per profile, smoke and full apart."""
+    return build_dir() / "results" / "bench" / f"{profile_name}-{'smoke' if smoke else 'full'}"
+
+
+def lifecycle_dir() -> Path:
+    """Notebook 08's own folder: its second model version and the repositories it loads and breaks."""
+    return build_dir() / "08_lifecycle"
+
+
 def executed_dir(profile_name: str) -> Path:
     """Where ``make run`` writes the executed copies of the notebooks."""
     return build_dir() / "executed" / profile_name

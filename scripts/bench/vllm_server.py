@@ -35,7 +35,7 @@ import requests
 
 from scripts.bench.vllm_cli import require_vllm
 from scripts.engine.config import engine_settings, read_engine_config, vllm_engine_kwargs, vllm_environment
-from scripts.paths import REPO_ROOT, build_dir
+from scripts.paths import REPO_ROOT, vllm_log_dir
 from scripts.profiles import Profile, load_profile
 from scripts.triton.process_guard import live_group_members, shm_files_of, start_guarded, stop_group
 from scripts.triton.server import free_port
@@ -128,7 +128,7 @@ def engine_environment(config: dict[str, Any], base: dict[str, str] | None = Non
 
 
 def vllm_log_path(port: int) -> Path:
-    return build_dir() / "vllm" / "logs" / f"vllm-serve-{port}.log"
+    return vllm_log_dir() / f"vllm-serve-{port}.log"
 
 
 class VllmServer:

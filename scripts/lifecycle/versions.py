@@ -33,7 +33,7 @@ import requests
 
 from scripts.engine.config import read_engine_config
 from scripts.model.tiny_llama import TinyLlamaSpec, make_tiny_llama
-from scripts.paths import build_dir
+from scripts.paths import lifecycle_dir
 from scripts.profiles import Profile
 from scripts.triton.repository.fill import fill_for_profile, standalone_arguments
 
@@ -41,10 +41,6 @@ MODEL = "lm"
 #: Version 2: the same architecture trained again, another seed and fewer steps (about 10 s on 2 cores)
 VERSION_2_SPEC = TinyLlamaSpec(seed=1, train_steps=80)
 POLICIES = ("latest", "all", "specific")
-
-
-def lifecycle_dir() -> Path:
-    return build_dir() / "08_lifecycle"
 
 
 def require_text_model(profile: Profile) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts import envcheck
-from scripts.paths import build_dir, triton_backend_dir
+from scripts.paths import in_process_lib_dir, triton_backend_dir
 from scripts.triton.process_guard import stop_group
 from scripts.triton.server import prepare_backend_dir
 
@@ -33,7 +33,7 @@ def library_dirs() -> list[Path]:
     found = [lib for d in root.parents for lib in sorted((d / "nvidia_pytriton.libs").glob("libtritonserver-*.so"))]
     if not found:
         raise FileNotFoundError(f"no nvidia_pytriton.libs/libtritonserver-*.so above {root}: pip install nvidia-pytriton==0.7.0")
-    folder = build_dir() / "triton" / "in_process_lib"
+    folder = in_process_lib_dir()
     folder.mkdir(parents=True, exist_ok=True)
     link = folder / "libtritonserver.so"
     if link.is_symlink() or link.exists():

@@ -4,7 +4,9 @@ from scripts import paths
 
 def test_every_build_path_is_under_the_build_dir(build_root):
     made = [paths.triton_repo_dir("cpu"), paths.reference_path(), paths.results_path("00_x"),
-            paths.triton_backend_dir(), paths.triton_log_dir(), paths.triton_log_path(8000), paths.executed_dir("cpu")]
+            paths.triton_backend_dir(), paths.triton_log_dir(), paths.triton_log_path(8000), paths.executed_dir("cpu"),
+            paths.in_process_lib_dir(), paths.vllm_log_dir(), paths.bench_result_dir("cpu", smoke=True),
+            paths.bench_result_dir("cpu", smoke=False), paths.lifecycle_dir()]
     assert all(p.is_relative_to(build_root) for p in made), made
     assert len(set(made)) == len(made)
     assert paths.reference_path() == build_root / "reference" / "greedy_reference.json"
