@@ -126,13 +126,13 @@ def engine_batch(profile: Profile) -> int:
 def vllm_gpu_settings(profile: Profile) -> dict[str, Any]:
     """The GPU-only vLLM settings a profile sets (none on ``cpu``, so its engine config stays as it was)."""
     out: dict[str, Any] = {}
-    if "gpu_memory_utilization" in profile.settings:
+    if "gpu_memory_utilization" in profile:
         fraction = float(profile["gpu_memory_utilization"])
         if not 0 < fraction <= 1:
             raise EngineConfigError(f"gpu_memory_utilization {fraction} is not in (0, 1]: it is the share of the "
                                     "GPU's total memory the engine may take")
         out["gpu_memory_utilization"] = fraction
-    if "instance_kind" in profile.settings:
+    if "instance_kind" in profile:
         if profile["instance_kind"] not in INSTANCE_KINDS:
             raise EngineConfigError(f"instance_kind {profile['instance_kind']!r} is not one of {', '.join(INSTANCE_KINDS)}")
         if profile["instance_kind"] == "KIND_GPU" and profile.get("engine_start_method") == "fork":
