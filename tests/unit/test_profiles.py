@@ -85,8 +85,8 @@ def test_gpu_trtllm_fills_triton_with_the_engines_batch():
     settings = RepoSettings.for_profile(trtllm, decoupled_mode=True)
     assert settings.triton_max_batch_size == trtllm["triton_max_batch_size"] == trtllm["max_batch_size"]
     assert settings.decoupled_mode
-    values = template_values({"engine": "tensorrt_llm", "model_dir": "/m", "max_seq_len": 2048, "max_input_len": 1024,
-                              "_engine_dir": "/e"}, settings)
+    values = template_values({"engine": "tensorrt_llm", "model_dir": "/m", "max_seq_len": 2048, "max_input_len": 1024},
+                             settings, "/e")
     assert {v["triton_max_batch_size"] for v in values.values()} == {trtllm["triton_max_batch_size"]}
     assert RepoSettings.for_profile(load_profile("cpu")) == RepoSettings()
 
