@@ -1,13 +1,19 @@
-"""Profiles (``cpu``, ``gpu-trtllm``): ``env/profiles.toml`` read into one object per profile."""
+"""Profiles (``cpu``, ``gpu-transformers``, ``gpu-vllm``, ``gpu-trtllm``): ``env/profiles.toml`` read into one
+typed, validated object per profile (the model: :mod:`scripts.profile_model`)."""
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from scripts.paths import PROFILES_FILE, build_dir
+from pydantic import ValidationError
+
+from scripts.paths import PROFILES_FILE, REPO_ROOT, build_dir
+from scripts.profile_model import PROFILE_MODELS, ProfileSettings
 
 BIND_HOST_ENV = "TUTORIAL_BIND_HOST"
 
@@ -17,61 +23,127 @@ def available_profiles(path: Path = PROFILES_FILE) -> list[str]:
         return list(tomllib.load(fh))
 
 
+class ProfileError(ValueError):
+    """A profile in the profiles file is invalid; each line names the file, the profile and the key."""
+
+
 @dataclass(frozen=True)
-class Profile:
-    """One profile's settings, with its relative paths resolved against the build directory."""
+class Profile(Mapping[str, Any]):
+    """One profile: its typed, validated settings (:mod:`scripts.profile_model`), read as attributes of their
+    sections (``profile.settings.serve.serve_max_replicas``) or as the flat TOML keys (``profile["serve_max_replicas"]``,
+    ``profile.get("engine_start_method")``: an optional key left unset reads as absent); relative paths
+    are resolved against the build directory."""
 
     name: str
-    settings: dict[str, Any] = field(repr=False)
+    settings: ProfileSettings = field(repr=False)
     root: Path
+    source: Path = field(default=PROFILES_FILE, repr=False, compare=False)
+    _flat: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_flat", self.settings.flat())
 
     def __getitem__(self, key: str) -> Any:
         try:
-            return self.settings[key]
+            return self._flat[key]
         except KeyError:
-            raise KeyError(f"profile {self.name!r} has no setting {key!r} (see {PROFILES_FILE})") from None
+            raise KeyError(f"profile {self.name!r} has no setting {key!r} (see {self.source})") from None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.settings.get(key, default)
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flat)
+
+    def __len__(self) -> int:
+        return len(self._flat)
 
     @property
     def engine(self) -> str:
-        return self["engine"]
+        return self.settings.engine
 
     def with_settings(self, **overrides: Any) -> "Profile":
-        """The same profile with some settings replaced (notebook 07's larger model: another model
-        and engine directory, every engine setting kept)."""
-        unknown = sorted(set(overrides) - set(self.settings))
+        """The same profile with some settings replaced and validated again (notebook 07's larger model:
+        another model and engine directory, every engine setting kept)."""
+        unknown = sorted(set(overrides) - type(self.settings).known_keys())
         if unknown:
-            raise KeyError(f"profile {self.name!r} has no setting(s) {unknown} to replace (see {PROFILES_FILE})")
-        return Profile(self.name, self.settings | overrides, self.root)
+            raise KeyError(f"profile {self.name!r} has no setting(s) {unknown} to replace (see {self.source})")
+        settings = validate_profile(self.name, self.settings.flat() | overrides, self.source)
+        return replace(self, settings=settings)
 
     def skipped_notebooks(self) -> dict[str, str]:
         """``{notebook stem: why this profile does not run it}`` (the table ``skip_notebooks``)."""
-        return dict(self.settings.get("skip_notebooks", {}))
+        return dict(self.settings.skip_notebooks)
 
     def require_notebook(self, notebook: str) -> None:
         """Refuse, with the profile's stated reason, a notebook this profile does not run."""
         reason = self.skipped_notebooks().get(notebook)
         if reason:
             raise SystemExit(f"{notebook} does not run on profile {self.name}: {reason} "
-                             f"([{self.name}.skip_notebooks] in {PROFILES_FILE.name})")
+                             f"([{self.name}.skip_notebooks] in {self.source.name})")
 
     def path(self, key: str) -> Path:
         """A path setting: ``$<key>_env`` overrides it; relative values live under the build dir."""
-        env_name = self.settings.get(f"{key}_env")
+        env_name = self.get(f"{key}_env")
         value = os.environ.get(env_name) if env_name else None
         p = Path(value if value else self[key]).expanduser()
         return p if p.is_absolute() else self.root / p
 
 
+def shown_path(path: Path) -> str:
+    """The profiles file as errors name it: relative to the repository where it lies inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def _problem(error: dict[str, Any], model: type[ProfileSettings]) -> str:
+    """One pydantic error as a sentence about a flat TOML key."""
+    loc = [str(part) for part in error["loc"]]
+    key = ".".join(loc[1:] if loc and loc[0] in model.sections() else loc)
+    if error["type"] == "extra_forbidden":
+        return f"unknown key {key!r}" + _hint(key, model)
+    if error["type"] == "missing":
+        field_info = model.sections().get(loc[0], model).model_fields.get(loc[-1])
+        return f"missing required key {key!r}" + (f": {field_info.description}" if field_info else "")
+    if not key or key in model.sections():  # a section's own check (model_validator): its message says it all
+        return error["msg"].removeprefix("Value error, ")
+    return f"key {key!r}: {error['msg']}, got {error['input']!r} ({type(error['input']).__name__})"
+
+
+def _hint(key: str, model: type[ProfileSettings]) -> str:
+    """Where an unknown key comes from: a typo of a known one, or a key of another engine."""
+    close = difflib.get_close_matches(key, sorted(model.known_keys()), n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    others = [engine for engine, other in PROFILE_MODELS.items() if key in other.known_keys()]
+    return f" (a setting of engine {' or '.join(others)} only)" if others else ""
+
+
+def validate_profile(name: str, flat: dict[str, Any], path: Path = PROFILES_FILE) -> ProfileSettings:
+    """A profile's flat TOML table as its typed settings; :class:`ProfileError` lists what is wrong with it."""
+    where = f"{shown_path(path)} [{name}]"
+    engine = flat.get("engine")
+    model = PROFILE_MODELS.get(engine) if isinstance(engine, str) else None
+    if model is None:
+        raise ProfileError(f"{where}: key 'engine' must be one of {', '.join(map(repr, PROFILE_MODELS))}, "
+                           f"got {engine!r}" if engine is not None else f"{where}: missing required key 'engine'")
+    try:
+        return model.from_flat(flat)
+    except ValidationError as exc:
+        # an unknown key first: a typo explains the missing key that follows it
+        errors = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")
+        raise ProfileError("\n".join(f"{where}: {_problem(e, model)}" for e in errors)) from None
+
+
 def load_profile(name: str = "cpu", path: Path = PROFILES_FILE, root: Path | None = None) -> Profile:
-    """Load one profile by name; an unknown name is an error that lists the known ones."""
+    """Load and validate one profile by name; an unknown name is an error that lists the known ones, an
+    invalid profile a :class:`ProfileError` naming the file, the profile and each key at fault."""
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
     if name not in data:
         raise ValueError(f"unknown profile {name!r}: choose one of {sorted(data)} (defined in {path})")
-    return Profile(name=name, settings=dict(data[name]), root=(root or build_dir()))
+    settings = validate_profile(name, data[name], Path(path))
+    if settings.expect.gpu_counterpart not in data:
+        raise ProfileError(f"{shown_path(path)} [{name}]: key 'gpu_counterpart' names no profile of the file "
+                           f"({settings.expect.gpu_counterpart!r})")
+    return Profile(name=name, settings=settings, root=(root or build_dir()), source=Path(path))
 
 
 def bind_host() -> str:

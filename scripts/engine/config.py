@@ -27,11 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scripts.profile_model import VLLM_START_METHODS
 from scripts.profiles import Profile, load_profile
 
 ENGINE_CONFIG = "engine_config.json"
 VLLM_DTYPES = ("bfloat16", "float16", "float32")
-#: How a vLLM engine inside Triton starts its processes (the engine core, then its worker).
+#: VLLM_START_METHODS (from ``scripts.profile_model``, which checks the profile's ``engine_start_method``
+#: when it loads): how a vLLM engine inside Triton starts its processes (the engine core, then its worker).
 #: "spawn" is what vLLM's CPU platform sets (``vllm/platforms/cpu.py`` at 0.32.0,
 #: ``check_and_update_config``): each process is a fresh interpreter that imports vLLM and torch
 #: again, about 5 s of CPU each. "fork" copies the Triton model's process, which has imported them
@@ -39,9 +41,6 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32")
 #: then binds its OpenMP threads itself (``scripts.engine.forked_worker``: a fork cannot inherit it).
 #: "auto" leaves the choice to vLLM (the ``gpu-vllm`` profile: on CUDA vLLM forks its engine core while
 #: CUDA has not started in the parent, and spawns otherwise).
-VLLM_START_METHODS = ("spawn", "fork", "auto")
-#: Triton instance kinds a vLLM engine model may run as (``instance_kind`` in the profile).
-INSTANCE_KINDS = ("KIND_CPU", "KIND_GPU")
 #: This tutorial's settings in a vLLM ``model.json`` and engine config (not vLLM engine arguments),
 #: with the value each takes where a config lacks it.
 VLLM_OWN_DEFAULTS = {"kv_cache_space_gib": 1, "start_method": "spawn"}
@@ -84,13 +83,13 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
             "kv_cache_space_gib": int(profile["kv_cache_space_gib"]),
             "tensor_parallel_size": int(profile["tensor_parallel_size"]),
             "seed": int(profile["seed"]),
-            "enforce_eager": bool(profile.get("enforce_eager", False)),
-            "start_method": check_start_method(profile.get("engine_start_method", VLLM_OWN_DEFAULTS["start_method"])),
+            "enforce_eager": profile["enforce_eager"],
+            "start_method": profile["engine_start_method"],
         } | vllm_gpu_settings(profile)
     if profile.engine == "transformers":
         return common | {
             "max_num_seqs": int(profile["max_num_seqs"]),
-            "device": profile.get("device", "auto"),
+            "device": profile["device"],
             "kv_cache_free_gpu_mem_fraction": float(profile["kv_cache_free_gpu_mem_fraction"]),
             "kv_cache_space_gib": float(profile["kv_cache_space_gib"]),
             "page_size": int(profile["page_size"]),
@@ -116,28 +115,16 @@ def engine_batch(profile: Profile) -> int:
     """The most sequences the profile's engine runs in one step: TensorRT-LLM's ``max_batch_size`` (built
     into the engine by ``trtllm-build``), vLLM's and transformers' ``max_num_seqs``. A Serve replica should
     hold no more ongoing requests than this (``serve_max_ongoing_requests``): the rest wait in Serve's queue."""
-    key = "max_batch_size" if profile.engine == "tensorrt_llm" else "max_num_seqs"
-    value = profile[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise EngineConfigError(f"profile {profile.name!r}: {key} must be a whole number of at least 1, got {value!r}")
-    return value
+    return profile["max_batch_size" if profile.engine == "tensorrt_llm" else "max_num_seqs"]  # >= 1 (profile_model)
 
 
 def vllm_gpu_settings(profile: Profile) -> dict[str, Any]:
-    """The GPU-only vLLM settings a profile sets (none on ``cpu``, so its engine config stays as it was)."""
+    """The GPU-only vLLM settings a profile sets (none on ``cpu``, so its engine config stays as it was). Their
+    values (a fraction in (0, 1], a known kind, no ``fork`` on KIND_GPU) were checked when the profile loaded."""
     out: dict[str, Any] = {}
-    if "gpu_memory_utilization" in profile.settings:
-        fraction = float(profile["gpu_memory_utilization"])
-        if not 0 < fraction <= 1:
-            raise EngineConfigError(f"gpu_memory_utilization {fraction} is not in (0, 1]: it is the share of the "
-                                    "GPU's total memory the engine may take")
-        out["gpu_memory_utilization"] = fraction
-    if "instance_kind" in profile.settings:
-        if profile["instance_kind"] not in INSTANCE_KINDS:
-            raise EngineConfigError(f"instance_kind {profile['instance_kind']!r} is not one of {', '.join(INSTANCE_KINDS)}")
-        if profile["instance_kind"] == "KIND_GPU" and profile.get("engine_start_method") == "fork":
-            raise EngineConfigError("engine_start_method 'fork' runs vLLM's CPU worker (ForkedCPUWorker): a KIND_GPU "
-                                    "engine takes 'auto' (vLLM's own choice on CUDA)")
+    if "gpu_memory_utilization" in profile:
+        out["gpu_memory_utilization"] = profile["gpu_memory_utilization"]
+    if "instance_kind" in profile:
         out["instance_kind"] = profile["instance_kind"]
         # run.py's reference, like the Triton clients, takes the prompts one at a time on a GPU
         out["batch_invariant"] = bool(profile["batch_invariant"])

@@ -138,12 +138,11 @@ def serving(service: LLMService) -> Iterator[str]:
 
 def transformers_on_cpu(build):
     """gpu-transformers with the tiny Llama on the CPU: the same engine code, small enough for CI."""
-    from scripts.profiles import Profile, load_profile
+    from scripts.profiles import load_profile
 
-    base = load_profile("gpu-transformers", root=build)
-    settings = base.settings | {"model_source": "embedded", "model_dir": "models/tiny-llama", "device": "cpu",
-                                "max_model_len": 512, "page_size": 32, "kv_cache_space_gib": 0.0625, "max_num_seqs": 16}
-    return Profile(name="gpu-transformers", settings=settings, root=build)
+    return load_profile("gpu-transformers", root=build).with_settings(
+        model_source="embedded", model_dir="models/tiny-llama", device="cpu", max_model_len=512, page_size=32,
+        kv_cache_space_gib=0.0625, max_num_seqs=16)
 
 
 def install_model(trained, profile):

@@ -62,11 +62,12 @@ def length_limits(engine_config: dict[str, Any]) -> tuple[int, int]:
     return int(engine_config["max_model_len"]), 0
 
 
-def template_values(engine_config: dict[str, Any], s: RepoSettings) -> dict[str, dict[str, Any]]:
-    """The values each template model is filled with."""
+def template_values(engine_config: dict[str, Any], s: RepoSettings, engine_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """The values each template model is filled with. ``engine_dir``: the directory the engine config was read
+    from, which the engine model is pointed at (a TensorRT-LLM config names its own ``engine_dir``, which wins)."""
     engine = ENGINE_MODEL[engine_config["engine"]]
     tokenizer = engine_config.get("tokenizer_dir", engine_config["model_dir"])
-    engine_dir = engine_config.get("engine_dir") or engine_config["_engine_dir"]
+    engine_dir = engine_config.get("engine_dir") or str(engine_dir)
     common = {"triton_max_batch_size": s.triton_max_batch_size}
     max_model_len, max_input_len = length_limits(engine_config)
     values = {
@@ -127,8 +128,8 @@ def fill_for_profile(profile: Profile, settings: RepoSettings | None = None, out
     engine directory; ``models`` fills only those models."""
     settings = settings or RepoSettings.for_profile(profile)
     engine_dir = engine_dir or profile.path("engine_dir")
-    engine_config = read_engine_config(engine_dir) | {"_engine_dir": str(engine_dir)}
-    values = template_values(engine_config, settings)
+    engine_config = read_engine_config(engine_dir)
+    values = template_values(engine_config, settings, engine_dir)
     models = list(values) if models is None else list(models)
     output_dir = output_dir or repo_dir(profile)
     output_dir.mkdir(parents=True, exist_ok=True)

@@ -61,12 +61,12 @@ def test_every_clone_is_read_by_the_code(gpu_profile):
     """A clone nothing reads only costs build time: each clone holds a path setting of the profile that
     scripts/ reads (``profile.path("<key>")``), and every such setting lies in a clone."""
     code = "\n".join(f.read_text() for f in (REPO_ROOT / "scripts").rglob("*.py"))
-    read = {k: str(gpu_profile.path(k)) for k in gpu_profile.settings
-            if f"{k}_env" in gpu_profile.settings and f'path("{k}")' in code}
+    read = {k: str(gpu_profile.path(k)) for k in gpu_profile
+            if f"{k}_env" in gpu_profile and f'path("{k}")' in code}
     under = {url: [k for k, p in read.items() if p.startswith(dest + "/") or p == dest]
              for url, (_, dest) in clones().items()}
     assert all(under.values()), f"cloned but read by no code: {[u for u, keys in under.items() if not keys]}"
-    unread = [k for k in gpu_profile.settings if k.endswith("_dir") and f"{k}_env" in gpu_profile.settings
+    unread = [k for k in gpu_profile if k.endswith("_dir") and f"{k}_env" in gpu_profile
               and str(gpu_profile[k]).startswith("/opt/src") and k not in read]
     assert not unread, f"profile settings for a clone that no code reads: {unread}"
 

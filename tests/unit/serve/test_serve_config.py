@@ -1,5 +1,4 @@
 """The Serve YAML and deployment options, from the profiles."""
-import dataclasses
 import warnings
 
 import pytest
@@ -10,10 +9,6 @@ from scripts.profiles import available_profiles, load_profile
 from scripts.serve import config as serve_config
 from scripts.serve.app import TritonDeployment, app_builder
 from scripts.serve.config import deployment_options, render_app_config
-
-
-def edited(profile, **settings):
-    return dataclasses.replace(profile, settings=profile.settings | settings)
 
 
 @pytest.mark.parametrize("name", available_profiles())
@@ -33,10 +28,11 @@ def test_serve_accepts_each_profiles_options(name):
 
 def test_options_follow_the_profile():
     cpu = load_profile("cpu")
-    options = deployment_options(edited(cpu, serve_max_replicas=5, serve_upscale_delay_s=7, num_gpus_per_replica=1,
-                                        serve_max_ongoing_requests=9))
+    options = deployment_options(cpu.with_settings(serve_max_replicas=5, serve_upscale_delay_s=7, num_gpus_per_replica=1,
+                                                   serve_target_ongoing_requests=8, serve_max_ongoing_requests=9))
     assert options["autoscaling_config"]["max_replicas"] == 5 and options["autoscaling_config"]["upscale_delay_s"] == 7
     assert options["ray_actor_options"]["num_gpus"] == 1 and options["max_ongoing_requests"] == 9
+    assert options["autoscaling_config"]["target_ongoing_requests"] == 8
     assert deployment_options(cpu) != options
 
 

@@ -177,7 +177,7 @@ def test_fill_for_gpu_profile_lints_clean(build_root):
 
 
 def test_template_values_pick_the_engine_model():
-    values = template_values({"engine": "vllm", "model_dir": "/m", "max_model_len": 64, "_engine_dir": "/e"}, RepoSettings())
+    values = template_values({"engine": "vllm", "model_dir": "/m", "max_model_len": 64}, RepoSettings(), "/e")
     assert values["ensemble"]["engine_model_name"] == ENGINE_MODEL["vllm"] == "vllm_engine"
     assert values["vllm_engine"]["engine_dir"] == "/e" and values["preprocessing"]["max_model_len"] == 64
     assert values["preprocessing"]["max_input_len"] == 0  # vLLM has no separate prompt limit
@@ -186,7 +186,8 @@ def test_template_values_pick_the_engine_model():
 def test_template_values_take_tensorrt_llm_build_limits():
     config = {"engine": "tensorrt_llm", "model_dir": "/m", "max_model_len": 4096, "engine_dir": "/e",
               "max_input_len": 1024, "max_seq_len": 2048}
-    values = template_values(config, RepoSettings())
+    values = template_values(config, RepoSettings(), "/elsewhere")
+    assert values["tensorrt_llm"]["engine_dir"] == "/e"  # the engine config's own engine_dir wins
     assert (values["preprocessing"]["max_model_len"], values["preprocessing"]["max_input_len"]) == (2048, 1024)
     assert values["tensorrt_llm"]["batching_strategy"] == "inflight_fused_batching"
     assert values["tensorrt_llm"]["batch_scheduler_policy"] == "guaranteed_no_evict"
