@@ -153,3 +153,22 @@ def test_ratio_sentences_are_rendered_from_the_rows():
         "token came +50 ms from vllm's (median 1600 ms), and a streamed chunk took 260 ms to come (median, vllm)."]
     with pytest.raises(ValueError, match="no ratio rows for 'other'"):
         ratio_sentences(ratios(agg, "vllm"), agg, "other", "vllm")
+
+
+def test_plot_of_a_full_sweep_embeds_under_150_kb():
+    """notebook 07 embeds this figure: at most 150 KB of base64 PNG (CONTRIBUTING.md)."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    labels = [f"target number {i} with a long label" for i in range(11)]
+    agg = aggregate([row(label, c, r, tput=100.0 * c * (i + 1) + r) for i, label in enumerate(labels)
+                     for c in (1, 8, 32) for r in (0, 1)])
+    fig = plot(agg, title="cpu: 32 tokens in, 32 out")
+    try:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight", dpi=fig.dpi)  # what the inline backend embeds
+    finally:
+        plt.close(fig)
+    assert len(base64.b64encode(buf.getvalue())) <= 150_000
