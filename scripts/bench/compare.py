@@ -136,3 +136,15 @@ def plot(aggregated: list[dict[str, Any]], title: str = ""):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def pivot(rows: list[dict[str, Any]], value: str, by: str = "concurrency", key: str = "label") -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per ``key`` (in first-seen order) with a column ``<by>=<x>`` of ``value`` for each ``by``;
+    returns the rows and their columns, for :func:`table`. A sweep of targets x concurrencies then fits
+    in one short table (CONTRIBUTING.md: no table over 15 rows in a notebook)."""
+    levels = sorted({r[by] for r in rows})
+    columns = [key, *(f"{by}={x}" for x in levels)]
+    out: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        out.setdefault(r[key], {key: r[key]})[f"{by}={r[by]}"] = r[value]
+    return list(out.values()), columns

@@ -48,7 +48,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("06_troubleshoot_gpu_resources", "2 x"): "the K and V factor of the KV-cache formula",
     ("06_troubleshoot_gpu_resources", "0.5"): "num_gpus: 0.5, the setting section 6 deploys with",
     ("06_troubleshoot_gpu_resources", "0.45"): "an example gpu_memory_utilization for num_gpus: 0.5 (a setting)",
-    ("07_benchmark_and_monitor", "10,000 µs"): "max_queue_delay_microseconds: 10000, notebook 02's template value",
     ("07_benchmark_and_monitor", "up to 10 ms"): "the same setting, as the dynamic batcher's longest hold",
     ("07_benchmark_and_monitor", "30 s"): "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S's default (ray 2.60)",
     ("07_benchmark_and_monitor", "1 s"): "what DIRECT_INGRESS_ENV (scripts/lab/serve_state.py) sets it to",

@@ -172,3 +172,14 @@ def test_plot_of_a_full_sweep_embeds_under_150_kb():
     finally:
         plt.close(fig)
     assert len(base64.b64encode(buf.getvalue())) <= 150_000
+
+
+def test_pivot_makes_one_row_per_label_and_a_column_per_concurrency():
+    from scripts.bench.compare import pivot
+
+    rows = [{"label": "a", "concurrency": 8, "output_throughput": 2.0}, {"label": "a", "concurrency": 1, "output_throughput": 1.0},
+            {"label": "b", "concurrency": 1, "output_throughput": 3.0}]
+    got, columns = pivot(rows, "output_throughput")
+    assert columns == ["label", "concurrency=1", "concurrency=8"]
+    assert got == [{"label": "a", "concurrency=8": 2.0, "concurrency=1": 1.0}, {"label": "b", "concurrency=1": 3.0}]
+    assert table(got, columns).splitlines()[3].split() == ["b", "3.00"]  # a missing level is an empty cell
