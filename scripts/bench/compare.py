@@ -116,14 +116,15 @@ def plot(aggregated: list[dict[str, Any]], title: str = ""):
     """Output tok/s and TTFT p50 against concurrency, one line per target (a matplotlib figure)."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    # 72 dpi and lines without antialiasing keep the PNG a notebook embeds under 150 KB (CONTRIBUTING.md)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=72)
     for label in dict.fromkeys(r["label"] for r in aggregated):
         points = sorted((r for r in aggregated if r["label"] == label), key=lambda r: r["concurrency"])
         xs = [r["concurrency"] for r in points]
         left.errorbar(xs, [r["output_throughput"] for r in points], marker="o", label=label,
                       yerr=[[r["output_throughput"] - r["throughput_min"] for r in points],
-                            [r["throughput_max"] - r["output_throughput"] for r in points]], capsize=3)
-        right.plot(xs, [r["median_ttft_ms"] for r in points], marker="o", label=label)
+                            [r["throughput_max"] - r["output_throughput"] for r in points]], capsize=3, antialiased=False)
+        right.plot(xs, [r["median_ttft_ms"] for r in points], marker="o", label=label, antialiased=False)
     for ax, ylabel in ((left, "output tokens/s (median, min-max of repeats)"), (right, "TTFT p50 (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrent requests")
@@ -135,3 +136,15 @@ def plot(aggregated: list[dict[str, Any]], title: str = ""):
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def pivot(rows: list[dict[str, Any]], value: str, by: str = "concurrency", key: str = "label") -> tuple[list[dict[str, Any]], list[str]]:
+    """One row per ``key`` (in first-seen order) with a column ``<by>=<x>`` of ``value`` for each ``by``;
+    returns the rows and their columns, for :func:`table`. A sweep of targets x concurrencies then fits
+    in one short table (CONTRIBUTING.md: no table over 15 rows in a notebook)."""
+    levels = sorted({r[by] for r in rows})
+    columns = [key, *(f"{by}={x}" for x in levels)]
+    out: dict[Any, dict[str, Any]] = {}
+    for r in rows:
+        out.setdefault(r[key], {key: r[key]})[f"{by}={r[by]}"] = r[value]
+    return list(out.values()), columns

@@ -13,6 +13,12 @@ afterwards, so a notebook's teardown can assert that nothing is left::
     assert not cluster.stop()
 
 It is also a context manager for scripts (``with LocalCluster(num_cpus=2) as cluster: ...``).
+
+Nothing of Ray reaches the notebook's output while the cluster runs: ``log_to_driver=False`` keeps the
+workers' stdout and stderr in their log files, and the messages Ray pushes to the driver (the yellow
+``(raylet) Task ServeController.graceful_shutdown failed ... killed by `ray.kill``` lines that
+``serve.shutdown`` provokes, a worker that died, ...) go to :data:`DRIVER_MESSAGES_LOG` in the
+session's log folder (``/tmp/ray/session_latest/logs/``) instead (:func:`driver_messages_to_file`).
 """
 from __future__ import annotations
 
@@ -21,12 +27,16 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from scripts.lab import quiet_widget_notices
 from scripts.profiles import bind_host
 from scripts.triton.process_guard import still_running
 from scripts.triton.server import free_port
+
+#: The file in the Ray session's log folder that takes the messages Ray pushes to this driver.
+DRIVER_MESSAGES_LOG = "driver_messages.log"
 
 #: Loggers whose INFO lines would bury a notebook's own output.
 QUIET_LOGGERS = ("ray", "ray.serve", "ray.data", "ray.train", "ray.tune")
@@ -37,6 +47,53 @@ def quiet_ray_logging() -> None:
     quiet_widget_notices()
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
+
+
+class _MessagesToFile:
+    """Stands in for ``ray._private.worker.print_to_stdstream`` while a cluster runs: appends what Ray
+    would print to the driver's stdout (in colour) to a file, one line per message."""
+
+    def __init__(self, path: Path, original: Any):
+        self.path, self.original = path, original
+
+    def __call__(self, data: Mapping[str, Any], ignore_prefix: bool = False) -> None:
+        with self.path.open("a", encoding="utf-8") as out:
+            for line in data.get("lines", []):
+                out.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} ({data.get('pid', '?')}) {line}\n")
+
+
+def driver_messages_to_file() -> Path:
+    """Send the messages Ray pushes to this driver to ``DRIVER_MESSAGES_LOG`` in the session's log folder.
+
+    ``ray.init(log_to_driver=False)`` stops the workers' own output, but not these: every driver runs a
+    thread (``listen_error_messages``, ray 2.60 ``ray/_private/worker.py``) that prints each message the
+    cluster publishes for it (task retries, dead workers, ...) to stdout in colour, whatever
+    ``log_to_driver`` says, and Ray writes them to no log file. ``serve.shutdown`` provokes two every time:
+    the tasks the driver had in flight on Serve's controller fail when it is killed, and are retried.
+    That thread looks ``print_to_stdstream`` up in its module on every message (the handler of
+    ``log_to_driver`` holds its own reference), so replacing it there moves exactly these messages;
+    :func:`driver_messages_to_terminal` puts it back. Returns the file's path.
+    """
+    import ray  # noqa: PLC0415
+
+    worker_module = ray._private.worker
+    node = worker_module._global_node
+    if node is None:
+        raise RuntimeError("start Ray first (ray.init)")
+    path = Path(node.get_logs_dir_path()) / DRIVER_MESSAGES_LOG
+    original = worker_module.print_to_stdstream
+    original = getattr(original, "original", original)
+    worker_module.print_to_stdstream = _MessagesToFile(path, original)
+    return path
+
+
+def driver_messages_to_terminal() -> None:
+    """Undo :func:`driver_messages_to_file` (after ``ray.shutdown``, whose last messages it still caught)."""
+    import ray  # noqa: PLC0415
+
+    worker_module = ray._private.worker
+    if isinstance(worker_module.print_to_stdstream, _MessagesToFile):
+        worker_module.print_to_stdstream = worker_module.print_to_stdstream.original
 
 
 def ray_process_ids() -> list[int]:
@@ -75,6 +132,7 @@ class LocalCluster:
     include_dashboard: bool = False
     metrics_export_port: int | None = None
     dashboard_url: str | None = None
+    messages_log: Path | None = None  # where Ray's messages to this driver go (driver_messages_to_file)
 
     @property
     def base_url(self) -> str:
@@ -99,6 +157,7 @@ class LocalCluster:
                                include_dashboard=self.include_dashboard, _node_ip_address="127.0.0.1",
                                logging_level=logging.ERROR, log_to_driver=False, configure_logging=True,
                                _metrics_export_port=self.metrics_export_port, **dashboard)
+            self.messages_log = driver_messages_to_file()
             self.pids = ray_process_ids()
             self.dashboard_url = f"http://{context.dashboard_url}" if self.include_dashboard and context.dashboard_url else None
             self.start_serve()
@@ -177,6 +236,7 @@ class LocalCluster:
         self.nodes.clear()
         if ray.is_initialized():
             ray.shutdown()
+        driver_messages_to_terminal()
         return still_running(sorted(set(self.pids) | set(extra_pids)), timeout_s)
 
     def __enter__(self) -> "LocalCluster":

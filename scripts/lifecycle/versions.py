@@ -178,7 +178,7 @@ class Triton:
                 body = None
             return Answer(r.status_code, None, "", body.get("error", r.text) if isinstance(body, dict) else r.text)
         data = r.json()
-        return Answer(r.status_code, int(data["model_version"]), data["text_output"], "")
+        return Answer(r.status_code, int(data["model_version"]), data["text_output"], "", prompt)
 
 
 @dataclass(frozen=True)
@@ -200,8 +200,19 @@ class LoadResult:
 class Answer:
     status: int
     version: int | None
-    text: str
+    text: str  # Triton's text_output: a text-in vLLM model answers the prompt and its continuation
     error: str
+    prompt: str = ""
+
+    @property
+    def continuation(self) -> str:
+        return self.text[len(self.prompt):] if self.prompt and self.text.startswith(self.prompt) else self.text
 
     def format(self) -> str:
-        return f"version {self.version}: {self.text!r}" if self.status == 200 else f"HTTP {self.status}: {self.error}"
+        """``version 1: 'Triton serves' + 'Ray Serve takes ...'``: the prompt and what the model added, apart
+        (run together, a continuation without a leading space reads as one word with the prompt)."""
+        if self.status != 200:
+            return f"HTTP {self.status}: {self.error}"
+        if self.prompt and self.text.startswith(self.prompt):
+            return f"version {self.version}: {self.prompt!r} + {self.continuation!r}"
+        return f"version {self.version}: {self.text!r}"

@@ -120,7 +120,8 @@ def plot_panels(prom, start: float, end: float, dashboard: dict[str, Any] | None
     dashboard = load() if dashboard is None else dashboard
     shown_panels = [p for p in panels(dashboard, gpu) if p.get("targets")]
     rows = -(-len(shown_panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3 * rows), squeeze=False)
+    # 72 dpi and lines without antialiasing keep the PNG a notebook embeds under 150 KB (CONTRIBUTING.md)
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 2.4 * rows), dpi=72, squeeze=False)
     for ax, panel in zip(axes.flat, shown_panels):
         for target in panel["targets"]:
             for series in prom.query_range(promql(target["expr"], rate_window), start, end, step):
@@ -128,7 +129,7 @@ def plot_panels(prom, start: float, end: float, dashboard: dict[str, Any] | None
                 if points:
                     legend = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: series["labels"].get(m.group(1), ""),
                                     target.get("legendFormat") or "")
-                    ax.plot(*zip(*points), label=" ".join(legend.split())[:40] or None, linewidth=1)
+                    ax.plot(*zip(*points), label=" ".join(legend.split())[:40] or None, linewidth=1, antialiased=False)
         for label, when in (marks or {}).items():
             ax.axvline(when - start, color="grey", linestyle=":", linewidth=1)
         ax.set_title(panel["title"], fontsize=9)

@@ -65,12 +65,12 @@ def plot_activity(rows: list[dict[str, Any]], start: float, marks: dict[str, flo
     by side; ``marks``: ``{label: time}`` drawn as dotted lines. Returns the figure."""
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
-    fig, (util, mem) = plt.subplots(1, 2, figsize=(12, 3))
+    fig, (util, mem) = plt.subplots(1, 2, figsize=(10, 2.6), dpi=72)  # a PNG under 150 KB (CONTRIBUTING.md)
     for index in sorted({r["index"] for r in rows}):
         mine = [r for r in rows if r["index"] == index]
         t = [r["t"] - start for r in mine]
-        util.plot(t, [r["utilization_pct"] for r in mine], label=f"GPU {index}", linewidth=1)
-        mem.plot(t, [r["memory_used_bytes"] / 2**30 for r in mine], label=f"GPU {index}", linewidth=1)
+        util.plot(t, [r["utilization_pct"] for r in mine], label=f"GPU {index}", linewidth=1, antialiased=False)
+        mem.plot(t, [r["memory_used_bytes"] / 2**30 for r in mine], label=f"GPU {index}", linewidth=1, antialiased=False)
     for ax, title in ((util, "GPU utilization (%), nvidia-smi"), (mem, "GPU memory used (GiB), nvidia-smi")):
         for when in (marks or {}).values():
             ax.axvline(when - start, color="grey", linestyle=":", linewidth=1)

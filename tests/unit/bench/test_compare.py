@@ -153,3 +153,33 @@ def test_ratio_sentences_are_rendered_from_the_rows():
         "token came +50 ms from vllm's (median 1600 ms), and a streamed chunk took 260 ms to come (median, vllm)."]
     with pytest.raises(ValueError, match="no ratio rows for 'other'"):
         ratio_sentences(ratios(agg, "vllm"), agg, "other", "vllm")
+
+
+def test_plot_of_a_full_sweep_embeds_under_150_kb():
+    """notebook 07 embeds this figure: at most 150 KB of base64 PNG (CONTRIBUTING.md)."""
+    import base64
+    import io
+
+    import matplotlib.pyplot as plt
+
+    labels = [f"target number {i} with a long label" for i in range(11)]
+    agg = aggregate([row(label, c, r, tput=100.0 * c * (i + 1) + r) for i, label in enumerate(labels)
+                     for c in (1, 8, 32) for r in (0, 1)])
+    fig = plot(agg, title="cpu: 32 tokens in, 32 out")
+    try:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight", dpi=fig.dpi)  # what the inline backend embeds
+    finally:
+        plt.close(fig)
+    assert len(base64.b64encode(buf.getvalue())) <= 150_000
+
+
+def test_pivot_makes_one_row_per_label_and_a_column_per_concurrency():
+    from scripts.bench.compare import pivot
+
+    rows = [{"label": "a", "concurrency": 8, "output_throughput": 2.0}, {"label": "a", "concurrency": 1, "output_throughput": 1.0},
+            {"label": "b", "concurrency": 1, "output_throughput": 3.0}]
+    got, columns = pivot(rows, "output_throughput")
+    assert columns == ["label", "concurrency=1", "concurrency=8"]
+    assert got == [{"label": "a", "concurrency=8": 2.0, "concurrency=1": 1.0}, {"label": "b", "concurrency=1": 3.0}]
+    assert table(got, columns).splitlines()[3].split() == ["b", "3.00"]  # a missing level is an empty cell

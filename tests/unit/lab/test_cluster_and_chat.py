@@ -1,6 +1,7 @@
 """scripts.lab.cluster against a real local Ray cluster; scripts.lab.chat's pure parts."""
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,33 @@ def test_local_cluster_starts_on_loopback_and_leaves_nothing(monkeypatch):
     taken.close()
     assert not ray.is_initialized()
     assert not [p for p in cluster.pids if is_running(p)]
+
+
+def test_rays_messages_to_the_driver_go_to_a_file_not_to_stdout(capfd):
+    """What ``serve.shutdown`` provokes in every notebook ("(raylet) Task ServeController.graceful_shutdown
+    failed ...", in colour) is published to the driver the way this test publishes a message."""
+    ray = pytest.importorskip("ray")
+    from ray._private.utils import publish_error_to_driver
+
+    import scripts.lab.cluster as cluster_module
+
+    original = ray._private.worker.print_to_stdstream
+    cluster = LocalCluster(num_cpus=1).start()
+    try:
+        assert cluster.messages_log.name == cluster_module.DRIVER_MESSAGES_LOG
+        assert cluster.messages_log.parent == Path(ray._private.worker._global_node.get_logs_dir_path())
+        publish_error_to_driver("test", "a message for the driver", ray._private.worker.global_worker.gcs_client)
+        for _ in range(100):
+            if cluster.messages_log.is_file() and "a message for the driver" in cluster.messages_log.read_text():
+                break
+            time.sleep(0.1)
+    finally:
+        left = cluster.stop()
+    assert not left
+    assert "(raylet) a message for the driver" in cluster.messages_log.read_text()
+    out, err = capfd.readouterr()
+    assert "a message for the driver" not in out + err and "\x1b[" not in out + err and "(raylet)" not in out + err
+    assert ray._private.worker.print_to_stdstream is original  # the terminal gets them again after stop()
 
 
 def test_streamed_text_joins_deltas_and_skips_usage_and_done():

@@ -238,3 +238,13 @@ def test_the_client_keeps_no_connection_open_between_calls(build_root, tmp_path,
         assert established_to(server.command.http_port) == 0
     assert "still open" not in capsys.readouterr().err
     assert "service connections" not in server.log_path.read_text()
+
+
+def test_an_answer_shows_the_prompt_and_the_continuation_apart():
+    # a text-in vLLM model answers prompt + continuation; one without a leading space ran into the prompt
+    answer = Answer(200, 1, "Triton servesRay Serve takes the traffic", "", "Triton serves")
+    assert answer.continuation == "Ray Serve takes the traffic"
+    assert answer.format() == "version 1: 'Triton serves' + 'Ray Serve takes the traffic'"
+    assert Answer(200, 2, "other text", "", "Triton serves").format() == "version 2: 'other text'"
+    assert Answer(200, 2, "hi", "").format() == "version 2: 'hi'"
+    assert Answer(404, None, "", "not found", "p").format() == "HTTP 404: not found"
