@@ -60,6 +60,7 @@ class Finding:
     message: str
     fix: str
     shortages: tuple[Shortage, ...] = ()
+    key: str | None = None  # the config key a key finding is about (renamed_key, moved_key, removed_key)
 
     def format(self) -> str:
         text = f"[{self.kind}] {self.deployment}: {self.message}"

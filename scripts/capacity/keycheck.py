@@ -81,7 +81,7 @@ def _finding(change: KeyChange, label: str, parent: str, value: Any, *, current:
             fix = f"rename {change.old} to {change.new}{where}"
         else:
             fix = f"move {path} to {change.target}"
-    return Finding(label, change.kind, message, fix)
+    return Finding(label, change.kind, message, fix, key=change.old)
 
 
 def _nested(scope: str, parent: str, mapping: Mapping, label: str) -> list[Finding]:

@@ -200,6 +200,14 @@ def test_finding_message_and_fix_for_target_num_ongoing_requests_per_replica():
         "applications[0].deployments[0].autoscaling_config")
 
 
+def test_a_key_finding_names_its_key_as_a_field():
+    config = app(dep("T", 1, autoscale=(1, 2)))
+    config["applications"][0]["deployments"][0]["max_concurrent_queries"] = 7
+    config["applications"][0]["deployments"][0]["autoscaling_config"]["target_num_ongoing_requests_per_replica"] = 4
+    assert sorted(f.key for f in serve_key_findings(config)) == [
+        "max_concurrent_queries", "target_num_ongoing_requests_per_replica"]
+
+
 def test_capacity_findings_still_appear_next_to_the_key_findings():
     new = app(dep("T", 1, autoscale=(1, 4)))
     old = copy.deepcopy(new)
