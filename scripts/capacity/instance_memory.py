@@ -1,56 +1,6 @@
 """GPU memory of Triton model instances: how many ``instance_group`` instances of an engine fit.
 
-Each instance of the engine model holds its own weights, activation buffers and KV cache. How the
-KV cache is sized decides what happens when several instances share a GPU:
-
-* **TensorRT-LLM** gives each instance's KV cache ``kv_cache_free_gpu_mem_fraction`` (default 0.9)
-  of the GPU memory that is *free when that instance has loaded its engine*. Instances load one
-  after another, so instance 1 takes 90 % of what is free, instance 2 finds about 10 % left and,
-  unless its engine fits there, fails while loading it (``Failed to create instance: unexpected
-  error when creating modelInstanceState: [TensorRT-LLM][ERROR] ... out of memory``, as in
-  tensorrtllm_backend issue #303) and Triton marks the model UNAVAILABLE.
-  :func:`triton_instance_memory` simulates that load order. The fixes: count 1 (one instance
-  already batches requests in flight), or a fraction small enough for every instance
-  (:func:`safe_kv_fraction`).
-
-  Sources. tensorrtllm_backend v0.17.0: ``all_models/inflight_batcher_llm/tensorrt_llm/config.pbtxt``
-  declares the parameter ``kv_cache_free_gpu_mem_fraction``; ``inflight_batcher_llm/src/
-  model_instance_state.cc`` (``getKvCacheConfigFromParams``) reads it, per model instance, into
-  the ``executor::KvCacheConfig`` of that instance's own ``executor::Executor`` (when unset it warns
-  "will use default value of 0.9"); ``docs/model_config.md``: the "fraction of GPU memory (after
-  loading the model) that may be used for KV cache. (default=0.9)"; ``docs/llama_multi_instance.md``:
-  with several instances the memory of each "will depend on the order in which instances are
-  loaded". TensorRT-LLM: ``KvCacheConfig``'s free-memory fraction defaults to 0.9
-  (``kDefaultGpuMemFraction``; ``cpp/include/tensorrt_llm/executor/executor.h``: "Default is
-  90%"); its KV cache manager multiplies the device memory free at that moment by the fraction,
-  and rejects a fraction of 1.0 or more.
-* **transformers** continuous batching (our Python-backend engine :mod:`scripts.engine.transformers_cb`,
-  profile ``gpu-transformers``) sizes its paged KV cache the same way, so it gets the same simulation.
-  Its fraction is ``max_memory_percent``; our engine config calls it ``kv_cache_free_gpu_mem_fraction``.
-
-  Sources. transformers 5.19: ``generation/continuous_batching/cache.py``
-  (``PagedAttentionCache.get_available_memory``) takes ``total - max(allocated, reserved)`` times
-  ``cb_config.max_memory_percent``; ``generation/continuous_batching/requests.py``
-  (``get_device_and_memory_breakdown``) computes, on CUDA, ``free, total = torch.cuda.mem_get_info(device)``
-  and ``allocated = total - free``: the memory in use on the whole device, other processes' included.
-  So the cache takes ``max_memory_percent`` of the memory free on the GPU once the instance's weights
-  are loaded (``initialization.py``, ``resolve_max_memory_percent``: 0.9 when unset, 0.8 with logit
-  processors). ``scripts/engine/transformers_cb.py`` (``cb_config_kwargs``) passes the engine config's
-  ``kv_cache_free_gpu_mem_fraction`` as ``max_memory_percent`` on a GPU.
-* **vLLM** reserves ``gpu_memory_utilization`` of the *whole* GPU per instance, so the instances'
-  reservations simply add up (a static check against ``usable_fraction`` of the GPU).
-
-**Parallel loading.** Triton loads the instances of a Python-backend model (our transformers engine)
-in parallel; then what each instance finds free depends on timing. ``parallel_loading=True`` gives a
-three-way :attr:`TritonMemoryEstimate.verdict`: ``loads`` when even the worst case fits (every
-instance sizing its KV cache with only its own engine loaded), ``fails`` when even the best case does
-not (every engine loaded before any KV cache is sized: only when the engines alone do not fit), ``may
-fail`` in between. Sources and the arithmetic: :mod:`scripts.capacity.parallel_loading`. The
-instances of TensorRT-LLM's backend load one after another (it does not declare parallel loading):
-:mod:`scripts.capacity.serial_loading`.
-
-What one instance needs (weights, activations, the KV cache of a full batch) comes from
-:mod:`scripts.capacity.instance_size`; the report's text from :mod:`scripts.capacity.instance_memory_report`.
+How each engine sizes its KV cache, the load order, and the sources: docs/capacity-estimates.md.
 """
 from __future__ import annotations
 

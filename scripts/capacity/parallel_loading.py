@@ -1,29 +1,6 @@
-"""Instances that Triton loads in parallel, each KV cache a fraction of the memory free when it is sized.
+"""Instances that Triton loads in parallel: the worst-case, best-case and in-between verdicts.
 
-Triton creates the instances of a model in parallel when the model's backend declares it can: Triton
-release notes 2.37.0 (23.08): "Triton can load model instances in parallel for supporting backends
-... only python and onnxruntime backends support loading model instances in parallel"; python_backend
-``src/python_be.cc`` (``TRITONBACKEND_GetBackendAttribute``) calls
-``TRITONBACKEND_BackendAttributeSetParallelModelInstanceLoading(backend_attributes, true)`` ("This
-backend can safely handle parallel calls to TRITONBACKEND_ModelInstanceInitialize"). So the N
-instances of a Python-backend engine (our transformers engine) start together, each in its own stub
-process, and what each finds free when it sizes its KV cache depends on timing:
-
-* **worst case**: each instance measures with only its own engine loaded, so every KV cache takes
-  ``fraction x (GPU - need)``: N x need + N x fraction x (GPU - need) in all (``need``: weights +
-  activations/runtime of one instance). When that fits, every timing does. It is an upper bound
-  (the k-th instance to measure sees at least k engines loaded), so ``loads`` errs on the safe side.
-* **best case**: every engine loads before any KV cache is sized, and the caches are then sized one
-  after another, each seeing the ones before it: N x need + (1 - (1 - fraction)^N) x (GPU - N x need),
-  which fits whenever the N engines alone do. When even that fails (N x need > GPU), no timing and no
-  fraction lets all N load.
-* in between, e.g. the instances loading one after another
-  (:func:`scripts.capacity.serial_loading.load_one_by_one`, where a later engine may find too little
-  left), or two instances measuring at the same moment and both taking the fraction of the same free
-  memory.
-
-Hence three verdicts: ``loads`` (the worst case fits), ``fails`` (not even the best case fits) and
-``may fail`` (the timing decides: it may load on one start and not on the next).
+The arithmetic and its sources: docs/capacity-estimates.md.
 """
 from __future__ import annotations
 
