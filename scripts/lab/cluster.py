@@ -25,8 +25,8 @@ from typing import Any, Mapping
 
 from scripts.lab import quiet_widget_notices
 from scripts.profiles import bind_host
-from scripts.triton.process_guard import still_running
-from scripts.triton.server import free_port
+from scripts.procs.process_guard import still_running
+from scripts.procs.ports import free_port
 
 #: Loggers whose INFO lines would bury a notebook's own output.
 QUIET_LOGGERS = ("ray", "ray.serve", "ray.data", "ray.train", "ray.tune")

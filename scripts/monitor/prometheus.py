@@ -54,8 +54,8 @@ import requests
 import yaml
 
 from scripts.envcheck import MissingComponent
-from scripts.triton.process_guard import live_group_members, start_detached_guard, stop_group
-from scripts.triton.server import free_port
+from scripts.procs.process_guard import live_group_members, start_detached_guard, stop_group
+from scripts.procs.ports import free_port
 
 INSTALL_COMMAND = "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus"
 INSTALL_HINT = (f"install Debian's prometheus package (it has promtool) as root: `{INSTALL_COMMAND}` "

@@ -18,12 +18,9 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import collections
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,15 +33,11 @@ import requests
 
 from scripts import envcheck
 from scripts.triton import crashes
-from scripts.triton.process_guard import live_group_members, rpc_dir, shm_files_of, shm_segments, stop_group
-from scripts.triton.connections import end_own_connections, established_to
+from scripts.procs.process_guard import OWNER_GONE_GRACE_S, live_group_members, rpc_dir, shm_files_of, shm_segments, stop_group
+from scripts.procs.connections import end_own_connections, established_to
+from scripts.procs.ports import free_port
 from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
 
-
-
-#: Seconds the guard gives the server between SIGTERM and SIGKILL once its owner is dead: nobody is
-#: left to read an answer, and everything must be gone within seconds (tests/unit/triton).
-OWNER_GONE_GRACE_S = 2
 
 
 def unprivileged_home(user: str | None) -> Path | None:
@@ -82,45 +75,6 @@ class TritonStartError(RuntimeError):
 
 #: How long a load may stay unfinished after the model's initialize() returned (it takes milliseconds).
 STALLED_AFTER_S = 60
-
-
-#: free_port looks above Ray's worker ports (10002-19999, ``ray start``'s defaults) and below the
-#: kernel's ephemeral range, from which ``bind(0)`` and every outgoing connection take a local port.
-LISTEN_PORT_FLOOR = 20000
-_handed_out: collections.deque[int] = collections.deque(maxlen=512)
-_pick = random.SystemRandom()  # a notebook's random.seed(0) must not make two processes pick alike
-
-
-def ephemeral_port_range() -> tuple[int, int]:
-    try:
-        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    except (OSError, ValueError):
-        low, high = 32768, 60999  # Linux's default
-    return low, high
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port of ``host`` that nobody listens on now, for a server this project starts next.
-
-    A port ``bind(0)`` hands out lies in the ephemeral range, where any process's next outgoing
-    connection may take it before the server binds it (Serve's proxy once failed so: "Failed to
-    bind to address '127.0.0.1:36055'"). So the port is drawn at random below that range, never one
-    this process handed out recently; ``bind(0)`` only if none there is free.
-    """
-    low, _ = ephemeral_port_range()
-    candidates = [p for p in _pick.sample(range(LISTEN_PORT_FLOOR, max(low, LISTEN_PORT_FLOOR)),
-                                          min(64, max(low - LISTEN_PORT_FLOOR, 0))) if p not in _handed_out]
-    for port in candidates:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.append(port)
-        return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def prepare_backend_dir(dest: Path | None = None) -> Path:
@@ -317,7 +271,7 @@ class TritonServer:
             # It detaches: a Ray worker that exits kills its children, and the guard must outlive it.
             try:
                 starter = subprocess.Popen(
-                    [sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group",
+                    [sys.executable, "-m", "scripts.procs.process_guard", "--owner", str(os.getpid()), "--group",
                      str(self.process.pid), "--grace", str(OWNER_GONE_GRACE_S),
                      "--shm-prefix", self.command.shm_prefix, "--detach"],
                     stdout=log, stderr=subprocess.STDOUT, process_group=self.process.pid, cwd=REPO_ROOT)
@@ -404,7 +358,7 @@ class TritonServer:
         pgid = self.process.pid
         shm_seen = shm_files_of(self.group_members())  # vLLM's buffers and semaphores, the backend's regions
         if self.process.poll() is None:
-            end_own_connections(self.command.http_port)  # else the server waits for them (scripts.triton.connections)
+            end_own_connections(self.command.http_port)  # else the server waits for them (scripts.procs.connections)
             if held := established_to(self.command.http_port):
                 print(f"{held} client connection(s) of other processes to {self.http_url} still open: tritonserver "
                       f"waits up to its exit timeout ({self.command.exit_timeout_s} s) for them, then exits without "
