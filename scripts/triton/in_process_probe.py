@@ -23,7 +23,7 @@ from typing import Any
 from scripts import envcheck
 from scripts.paths import build_dir, triton_backend_dir
 from scripts.procs.process_guard import stop_group
-from scripts.triton.server import prepare_backend_dir
+from scripts.triton.backend_dir import prepare_backend_dir
 
 
 def library_dirs() -> list[Path]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sys
 import time
@@ -33,7 +32,8 @@ from scripts.procs.managed import ManagedServer
 from scripts.procs.process_guard import rpc_dir, shm_segments
 from scripts.procs.connections import end_own_connections, established_to
 from scripts.procs.ports import free_port
-from scripts.paths import PYTHON_BASED_BACKENDS, triton_backend_dir, triton_log_path
+from scripts.triton.backend_dir import prepare_backend_dir
+from scripts.paths import triton_backend_dir, triton_log_path
 
 
 def unprivileged_home(user: str | None) -> Path | None:
@@ -71,30 +71,6 @@ class TritonStartError(RuntimeError):
 
 #: How long a load may stay unfinished after the model's initialize() returned (it takes milliseconds).
 STALLED_AFTER_S = 60
-
-
-def prepare_backend_dir(dest: Path | None = None) -> Path:
-    """A backend directory for the wheel's server: Python backend + this interpreter's stub + this
-    repository's Python-based backends (``vllm``, ``transformers``)."""
-    dest = dest or triton_backend_dir()
-    python_dir = dest / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    wheel_python = envcheck.pytriton_root() / "backends" / "python"
-    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        install_file(wheel_python / name, python_dir / name)
-    install_file(envcheck.python_backend_stub(), python_dir / "triton_python_backend_stub")
-    for backend in sorted(p for p in PYTHON_BASED_BACKENDS.iterdir() if (p / "model.py").is_file()):
-        (dest / backend.name).mkdir(exist_ok=True)
-        install_file(backend / "model.py", dest / backend.name / "model.py")
-    return dest
-
-
-def install_file(src: Path, dst: Path) -> None:
-    """Copy beside the target, then rename over it: a running server's stub ("text file busy")
-    keeps its old inode, and a second server (a Serve replica, say) gets a complete file."""
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    shutil.copy2(src, tmp)
-    os.replace(tmp, dst)
 
 
 @dataclass

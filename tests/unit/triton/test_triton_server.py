@@ -89,13 +89,6 @@ def test_environment_puts_this_venv_first_and_wheel_libs(monkeypatch):
     assert env["LC_ALL"] == "C.UTF-8" and "nvidia_pytriton.libs" in env["LD_LIBRARY_PATH"]
 
 
-def test_backend_dir_has_stub_and_vllm_backend(tmp_path):
-    d = ts.prepare_backend_dir(tmp_path / "backends")
-    assert (d / "python" / "triton_python_backend_stub").is_file()
-    assert (d / "python" / "libtriton_python.so").is_file()
-    assert (d / "vllm" / "model.py").read_text().count("TritonPythonModel")
-
-
 def test_missing_repository_says_to_fill_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="fill it first"):
         ts.TritonServer(tmp_path / "none")
@@ -176,18 +169,6 @@ def test_cpu_preprocessing_limits_are_max_model_len_only(build_root):
     text = (repo / "preprocessing" / "config.pbtxt").read_text()
     assert 'key: "max_model_len" value: { string_value: "512" }' in text
     assert 'key: "max_input_len" value: { string_value: "0" }' in text
-
-
-def test_backend_dir_can_be_prepared_while_a_stub_runs(tmp_path):
-    d = ts.prepare_backend_dir(tmp_path / "backends")
-    stub = d / "python" / "triton_python_backend_stub"
-    running = subprocess.Popen([str(stub)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        ts.prepare_backend_dir(tmp_path / "backends")  # no "Text file busy"
-        assert stub.is_file()
-    finally:
-        running.kill()
-        running.wait()
 
 
 def test_server_left_running_is_stopped_at_interpreter_exit(tmp_path, build_root):
