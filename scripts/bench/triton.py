@@ -22,7 +22,7 @@ import requests
 
 from scripts.model.tiny_llama import corpus_lines
 from scripts.paths import REPO_ROOT
-from scripts.triton.process_guard import run_guarded
+from scripts.procs.process_guard import run_guarded
 
 
 def bench_prompts(n: int) -> list[str]:

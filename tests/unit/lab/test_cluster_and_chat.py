@@ -8,7 +8,7 @@ import pytest
 
 from scripts.lab.chat import all_distinct, streamed_text
 from scripts.lab.cluster import LocalCluster
-from scripts.triton.process_guard import is_running
+from scripts.procs.process_guard import is_running
 
 
 def test_local_cluster_starts_on_loopback_and_leaves_nothing(monkeypatch):
@@ -16,7 +16,7 @@ def test_local_cluster_starts_on_loopback_and_leaves_nothing(monkeypatch):
     from ray import serve
 
     import scripts.lab.cluster as cluster_module
-    from scripts.triton.server import free_port
+    from scripts.procs.ports import free_port
 
     # The port chosen for Serve's proxy is taken before the proxy binds it: Serve starts on another.
     taken = socket.socket()
@@ -86,7 +86,7 @@ def test_local_cluster_with_dashboard_and_metrics_port_on_loopback():
     import requests
 
     from scripts.monitor.prometheus import ray_metrics_targets, ray_service_discovery_file
-    from scripts.triton.server import free_port
+    from scripts.procs.ports import free_port
 
     port = free_port()
     cluster = LocalCluster(num_cpus=1, include_dashboard=True, metrics_export_port=port)

@@ -9,7 +9,7 @@ from scripts.lab import gpu_conflicts as gc
 from scripts.lab.gpu_probe import POLICIES, claim_engine_memory, visibility
 from scripts.lab.serve_state import deploy_failed, failure_reason, AppState
 from scripts.profiles import load_profile
-from scripts.triton.process_guard import is_running
+from scripts.procs.process_guard import is_running
 
 GOOD = dict(num_gpus=2, num_cpus=8, instance_count=8, engine_fraction=0.9, shared_model="LLAMA_3_1_8B",
             cpu_node_cpus=2, gpu_memory="24GiB")

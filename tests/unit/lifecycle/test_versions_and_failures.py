@@ -18,7 +18,7 @@ from scripts.lifecycle.versions import (MODEL, Answer, Triton, file_config, fill
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 from scripts.triton import server as ts
-from scripts.triton.connections import established_to
+from scripts.procs.connections import established_to
 from scripts.triton.repository.lint import lint
 from fakes import json_http_server
 
@@ -228,7 +228,7 @@ def test_a_private_copy_has_its_own_checkpoints_with_owner_only_weights(versione
 
 
 def test_the_client_keeps_no_connection_open_between_calls(build_root, tmp_path, capsys):
-    """An open tritonclient would cost every stop the server's exit timeout (scripts.triton.connections)."""
+    """An open tritonclient would cost every stop the server's exit timeout (scripts.procs.connections)."""
     (tmp_path / "repo").mkdir()
     with ts.TritonServer(tmp_path / "repo", exit_timeout_s=2, extra_args=("--model-control-mode=explicit",)) as server:
         triton = Triton(server.http_url)

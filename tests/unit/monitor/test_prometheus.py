@@ -16,8 +16,8 @@ from scripts.monitor import dashboard
 from scripts.monitor.gpu import TRITON_GPU_METRICS
 from scripts.monitor.prometheus import (INSTALL_HINT, PrometheusError, PrometheusServer, address, check_config,
                                         render_config, to_frame, triton_targets, write_sd_file)
-from scripts.triton.process_guard import is_running, live_group_members
-from scripts.triton.server import free_port
+from scripts.procs.process_guard import is_running, live_group_members
+from scripts.procs.ports import free_port
 
 prometheus_client = pytest.importorskip("prometheus_client")
 

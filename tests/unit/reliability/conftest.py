@@ -17,7 +17,7 @@ import pytest
 from scripts.engine.config import write_engine_config
 from scripts.paths import BUILD_DIR_ENV, REPO_ROOT
 from scripts.profiles import load_profile
-from scripts.triton.process_guard import is_running
+from scripts.procs.process_guard import is_running
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 
 from fakes import install_model

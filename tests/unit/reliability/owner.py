@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 
-from scripts.triton.process_guard import live_group_members, shm_files_of
+from scripts.procs.process_guard import live_group_members, shm_files_of
 from scripts.triton.server import TritonServer
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from pathlib import Path
 import requests
 
 from scripts.triton import crashes
-from scripts.triton.process_guard import rpc_dir
+from scripts.procs.process_guard import rpc_dir
 
 
 def test_a_slow_engine_start_leaves_its_stacks_in_the_log_and_serves(owned_triton):

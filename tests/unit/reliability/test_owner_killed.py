@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from scripts.triton.process_guard import is_running, rpc_dir, shm_files_of
+from scripts.procs.process_guard import is_running, rpc_dir, shm_files_of
 
 
 def test_sigkill_of_the_owner_leaves_no_process_and_no_shared_memory(owned_triton):

@@ -15,7 +15,7 @@ import pytest
 from scripts import envcheck
 from scripts.engine.config import ENGINE_CONFIG, write_engine_config
 from scripts.profiles import load_profile
-from scripts.triton.process_guard import live_group_members
+from scripts.procs.process_guard import live_group_members
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 from scripts.triton.repository.lint import lint
 from scripts.triton.server import TritonServer, TritonStartError

@@ -18,7 +18,7 @@ from scripts.engine.config import write_engine_config
 from scripts.paths import BUILD_DIR_ENV
 from scripts.profiles import load_profile
 from scripts.triton.engine_request import engine_model_request, generated_ids, tritonclient_args
-from scripts.triton.process_guard import engine_processes
+from scripts.procs.process_guard import engine_processes
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 from scripts.triton.server import TritonServer
 

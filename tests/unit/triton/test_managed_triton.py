@@ -8,7 +8,7 @@ import sys
 import time
 
 from scripts.triton import client
-from scripts.triton.process_guard import live_group_members
+from scripts.procs.process_guard import live_group_members
 
 # A stand-in server: the group leader exits at once (a crash), its child lives on in the group.
 CRASHING = ("import subprocess, sys\n"

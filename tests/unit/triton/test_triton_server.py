@@ -1,5 +1,4 @@
 import os
-import socket
 import signal
 import subprocess
 import sys
@@ -9,8 +8,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from scripts.triton import process_guard
-from scripts.triton.connections import established_to
+from scripts.procs import process_guard
+from scripts.procs.connections import established_to
 from scripts.triton import server as ts
 from scripts.triton.repository.lint import lint
 from scripts.profiles import load_profile
@@ -90,39 +89,6 @@ def test_environment_puts_this_venv_first_and_wheel_libs(monkeypatch):
     assert env["LC_ALL"] == "C.UTF-8" and "nvidia_pytriton.libs" in env["LD_LIBRARY_PATH"]
 
 
-def test_free_ports_differ_even_after_a_seed_and_lie_below_the_ephemeral_range():
-    import random
-
-    random.seed(0)
-    first = [ts.free_port() for _ in range(5)]
-    random.seed(0)
-    second = [ts.free_port() for _ in range(5)]
-    assert len(set(first + second)) == 10
-    low, _ = ts.ephemeral_port_range()
-    assert all(ts.LISTEN_PORT_FLOOR <= p < low for p in first + second)
-
-
-def test_free_port_skips_a_taken_port_and_falls_back_to_bind0(monkeypatch):
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        # Nothing left below the ephemeral range: the kernel's choice.
-        monkeypatch.setattr(ts, "ephemeral_port_range", lambda: (ts.LISTEN_PORT_FLOOR, 60999))
-        assert ts.free_port() >= ts.LISTEN_PORT_FLOOR
-        # The only candidate is taken: skipped, then bind(0).
-        monkeypatch.setattr(ts, "LISTEN_PORT_FLOOR", port)
-        monkeypatch.setattr(ts, "ephemeral_port_range", lambda: (port + 1, 60999))
-        assert ts.free_port() != port
-
-
-def test_backend_dir_has_stub_and_vllm_backend(tmp_path):
-    d = ts.prepare_backend_dir(tmp_path / "backends")
-    assert (d / "python" / "triton_python_backend_stub").is_file()
-    assert (d / "python" / "libtriton_python.so").is_file()
-    assert (d / "vllm" / "model.py").read_text().count("TritonPythonModel")
-
-
 def test_missing_repository_says_to_fill_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="fill it first"):
         ts.TritonServer(tmp_path / "none")
@@ -138,19 +104,22 @@ def test_start_failure_reports_log_tail_and_cleans_up(build_root, tmp_path):
     assert not server.group_members() and not server.leftover_shm()
 
 
-def test_live_group_members_excludes_zombies():
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
-    try:
-        assert ts.live_group_members(child.pid) == [child.pid]
-        os.killpg(child.pid, signal.SIGKILL)
-        deadline = time.monotonic() + 10
-        while process_guard.process_state(child.pid) != "Z" and time.monotonic() < deadline:  # a zombie until reaped
-            time.sleep(0.05)
-        assert process_guard.process_state(child.pid) == "Z"
-        assert ts.live_group_members(child.pid) == []
-    finally:
-        child.kill()
-        child.wait()
+def test_triton_server_killed_owner_leaves_nothing(tmp_path, build_root):
+    """The owner of a real tritonserver is killed with SIGKILL: its guard stops the whole group."""
+    (tmp_path / "repo").mkdir()
+    code = ("import os, signal; from scripts.triton.server import TritonServer\n"
+            f"s = TritonServer({str(tmp_path / 'repo')!r}, exit_timeout_s=1)\n"
+            "s.start(timeout_s=60); print(s.pid, s.command.shm_prefix, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=os.environ | {"TUTORIAL_BUILD_DIR": str(build_root)})
+    assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
+    pid, prefix = out.stdout.split()
+    deadline = time.monotonic() + 60
+    while process_guard.live_group_members(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not process_guard.live_group_members(int(pid))
+    assert not list(Path("/dev/shm").glob(f"{prefix}*"))
 
 
 def test_fill_for_cpu_profile_lints_clean(build_root):
@@ -203,18 +172,6 @@ def test_cpu_preprocessing_limits_are_max_model_len_only(build_root):
     assert 'key: "max_input_len" value: { string_value: "0" }' in text
 
 
-def test_backend_dir_can_be_prepared_while_a_stub_runs(tmp_path):
-    d = ts.prepare_backend_dir(tmp_path / "backends")
-    stub = d / "python" / "triton_python_backend_stub"
-    running = subprocess.Popen([str(stub)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        ts.prepare_backend_dir(tmp_path / "backends")  # no "Text file busy"
-        assert stub.is_file()
-    finally:
-        running.kill()
-        running.wait()
-
-
 def test_server_left_running_is_stopped_at_interpreter_exit(tmp_path, build_root):
     code = (
         "import sys; from scripts.triton.server import TritonServer\n"
@@ -226,7 +183,7 @@ def test_server_left_running_is_stopped_at_interpreter_exit(tmp_path, build_root
                          env=os.environ | {"TUTORIAL_BUILD_DIR": str(build_root)})
     assert out.returncode == 0, out.stderr[-2000:]
     pid = int(out.stdout.split()[0])
-    assert ts.live_group_members(pid) == []
+    assert process_guard.live_group_members(pid) == []
 
 
 def test_start_retries_once_after_a_crash_and_says_so(build_root, tmp_path, monkeypatch, capsys):
@@ -307,7 +264,7 @@ def test_a_crashed_server_is_reported_and_restarted_on_new_ports(build_root, tmp
         assert server.restart_if_crashed(timeout_s=60) is True
         assert (server.pid, server.http_url) != first and server.is_ready() and not server.crashed()
         assert "tritonserver crashed, starting it again" in capsys.readouterr().err
-        assert ts.live_group_members(first[0]) == []  # nothing of the crashed server is left
+        assert process_guard.live_group_members(first[0]) == []  # nothing of the crashed server is left
     assert not server.crashed()  # stopped by its owner: SIGTERM is no crash
 
 

@@ -19,7 +19,7 @@ group SIGTERM, waits ``--grace`` seconds (nobody is left to read an answer, so b
 what is left, and removes the noted files that no other process uses. When the group is stopped
 normally, the guard gets the same SIGTERM and exits.
 
-    python -m scripts.triton.process_guard --owner PID --group PGID [--grace 2] [--shm-prefix P] [--detach]
+    python -m scripts.procs.process_guard --owner PID --group PGID [--grace 2] [--shm-prefix P] [--detach]
 """
 from __future__ import annotations
 
@@ -32,6 +32,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+#: Seconds the guard gives a server's group between SIGTERM and SIGKILL once its owner is dead: nobody is
+#: left to read an answer, and everything must be gone within seconds (tests/unit/procs).
+OWNER_GONE_GRACE_S = 2
 
 
 def process_state(pid: int) -> str | None:
@@ -190,7 +194,7 @@ def start_detached_guard(group: int, log, grace_s: float, shm_prefix: str | None
     """Start this guard for the process group ``group`` with this process as its owner: inside that
     group, detached (see above), its output appended to ``log`` (a file object or None). Raises
     RuntimeError when it did not start."""
-    args = [sys.executable, "-m", "scripts.triton.process_guard", "--owner", str(os.getpid()), "--group", str(group),
+    args = [sys.executable, "-m", "scripts.procs.process_guard", "--owner", str(os.getpid()), "--group", str(group),
             "--grace", str(grace_s), "--detach"] + (["--shm-prefix", shm_prefix] if shm_prefix else [])
     starter = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, process_group=group,
                                cwd=Path(__file__).resolve().parents[2])
@@ -236,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--owner", type=int, required=True)
     parser.add_argument("--group", type=int, required=True)
-    parser.add_argument("--grace", type=float, default=2,
+    parser.add_argument("--grace", type=float, default=OWNER_GONE_GRACE_S,
                         help="seconds between SIGTERM and SIGKILL once the owner is gone")
     parser.add_argument("--shm-prefix")
     parser.add_argument("--detach", action="store_true", help="fork and let the first process exit (not the owner's child)")

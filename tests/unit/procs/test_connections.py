@@ -1,6 +1,6 @@
 import socket
 
-from scripts.triton.connections import established_to
+from scripts.procs.connections import established_to
 
 
 def test_counts_the_accepted_connections_of_a_port_only():
