@@ -21,15 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from scripts import envcheck
-<<<<<<< HEAD
 from scripts.paths import in_process_lib_dir, triton_backend_dir
 from scripts.procs.process_guard import stop_group
-from scripts.triton.server import prepare_backend_dir
-=======
-from scripts.paths import build_dir, triton_backend_dir
-from scripts.procs.process_guard import stop_group
 from scripts.triton.backend_dir import prepare_backend_dir
->>>>>>> procs
 
 
 def library_dirs() -> list[Path]:
