@@ -1,11 +1,10 @@
-"""scripts.lab.cluster against a real local Ray cluster; scripts.lab.chat's pure parts."""
+"""scripts.lab.cluster against a real local Ray cluster."""
 import os
 import socket
 from pathlib import Path
 
 import pytest
 
-from scripts.lab.chat import all_distinct, streamed_text
 from scripts.lab.cluster import LocalCluster
 from scripts.triton.process_guard import is_running
 
@@ -39,18 +38,6 @@ def test_local_cluster_starts_on_loopback_and_leaves_nothing(monkeypatch):
     taken.close()
     assert not ray.is_initialized()
     assert not [p for p in cluster.pids if is_running(p)]
-
-
-def test_streamed_text_joins_deltas_and_skips_usage_and_done():
-    events = [{"choices": [{"delta": {"role": "assistant"}}]}, {"choices": [{"delta": {"content": "Ca"}}]},
-              {"choices": [{"delta": {"content": "fé"}}]}, {"choices": [], "usage": {"total_tokens": 3}}, "[DONE]"]
-    assert streamed_text(events) == "Café"
-
-
-def test_all_distinct_needs_every_value_present_and_different():
-    assert all_distinct([{"pid": 1}, {"pid": 2}], "pid")
-    assert not all_distinct([{"pid": 1}, {"pid": 1}], "pid")
-    assert not all_distinct([{"pid": 1}, {}], "pid")
 
 
 def test_local_cluster_with_dashboard_and_metrics_port_on_loopback():
