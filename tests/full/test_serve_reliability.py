@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from scripts.bench.recovery import rss_table
+from scripts.bench.process_usage import rss_table
 from scripts.bench.serve import run_serve
 from scripts.clients.chat import bench_messages
 from scripts.clients.load import RetryingLoad
