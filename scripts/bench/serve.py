@@ -21,8 +21,9 @@ from typing import Any, Callable
 from scripts.clients.chat import ChatClient, Reply, bench_messages
 from scripts.model.tokenizer import load_tokenizer
 from scripts.serve.openai_api import chat_prompt
-from scripts.triton.client import EnsembleRequest, GrpcModel, ensemble_inputs
+from scripts.triton.client import GrpcModel
 from scripts.triton.repository.fill import repository_facts
+from scripts.triton.sampling import EnsembleRequest, ensemble_inputs
 
 
 def _rate(texts: list[str | None], tokens: int, errors: list[str], wall: float) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from scripts.bench.process_usage import rss_table
 from scripts.bench.serve import run_serve
 from scripts.clients.chat import bench_messages
 from scripts.clients.load import RetryingLoad
-from scripts.clients.serve_status import all_running, wait_for_app, watch_replacement
+from scripts.clients.serve_status import watch_replacement
 from scripts.lab.cluster import LocalCluster
 from scripts.profiles import load_profile
 from scripts.serve.app import APP_NAME, TritonDeployment, fill_serve_repository, serve_repo_dir
