@@ -28,7 +28,7 @@ from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, chunk_b
                                       parse_chat_request, parse_completion_request, resolve_max_tokens, response_body,
                                       sse, usage)
 from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
-from scripts.triton.backend.steps import check_prompt_bytes, check_prompt_tokens, longest_token_bytes
+from scripts.triton.backend.request_handling import check_prompt_bytes, check_prompt_tokens, longest_token_bytes
 from scripts.triton.client import Chunk, TritonLLM, TritonRequestError
 from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import RepositoryFacts

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from scripts.model.tokenizer import end_and_pad_ids, load_tokenizer
-from scripts.triton.backend.steps import ENGINE_OUTPUTS
+from scripts.triton.backend.request_handling import ENGINE_OUTPUTS
 
 #: NumPy dtypes of the config data types an engine model's inputs use.
 NUMPY_DTYPES = {"TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT64": np.uint64, "TYPE_FP32": np.float32,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from scripts.triton.backend.steps import to_word_list_format
+from scripts.triton.backend.request_handling import to_word_list_format
 
 if TYPE_CHECKING:
     from scripts.triton.engine_request import EngineInputs

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scripts.triton.backend.steps import ENGINE_OUTPUTS, gather_engine_outputs, model_parameter
+from scripts.triton.backend.request_handling import ENGINE_OUTPUTS, gather_engine_outputs, model_parameter
 
 PRE_INPUTS = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
               "stop_words": "STOP_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID"}

@@ -10,7 +10,7 @@ from scripts.engine.config import VLLM_OWN_DEFAULTS, read_engine_config, vllm_en
 from scripts.triton.repository.fill_template import CONFIG, fill_repository
 from scripts.paths import TEMPLATE_DIR, triton_repo_dir
 from scripts.profiles import Profile
-from scripts.triton.backend.steps import is_true
+from scripts.triton.backend.request_handling import is_true
 
 COMMON_MODELS = ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls")
 ENGINE_MODEL = {"vllm": "vllm_engine", "tensorrt_llm": "tensorrt_llm", "transformers": "transformers_engine"}
