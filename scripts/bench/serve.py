@@ -6,77 +6,24 @@ same greedy chat requests two ways, at the same concurrency: straight to a repli
 ensemble (gRPC, the prompt rendered with the chat template as the app renders it), then through
 Serve's ``/v1/chat/completions``. It counts errors, generated tokens (Serve's ``usage``, Triton's
 ``sequence_length``) and whether both ways gave the same text, and prints each round as it ends,
-then the rates and their ratio; the command line ends with one JSON line.
-
-:class:`BackgroundLoad` keeps N chat requests in flight from a thread until stopped (notebook
-05's autoscaling burst). Both send their requests through :class:`ChatClient`.
+then the rates and their ratio; the command line ends with one JSON line. The Serve requests go
+through :class:`scripts.clients.chat.ChatClient`.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import httpx
-
-from scripts.model.tiny_llama import chat_examples
+from scripts.clients.chat import ChatClient, Reply, bench_messages
 from scripts.model.tokenizer import load_tokenizer
 from scripts.serve.openai_api import chat_prompt
-from scripts.triton.client import EnsembleRequest, GrpcModel, ensemble_inputs
+from scripts.triton.client import GrpcModel
 from scripts.triton.repository.fill import repository_facts
-
-
-def bench_messages(n: int) -> list[list[dict[str, str]]]:
-    """n one-turn conversations: the questions of the chat data, cycled."""
-    questions = [conversation[0]["content"] for conversation in chat_examples()]
-    return [[{"role": "user", "content": questions[i % len(questions)]}] for i in range(n)]
-
-
-@dataclass
-class Reply:
-    """One chat request's outcome: its text and completion tokens, or what went wrong."""
-
-    text: str | None = None
-    tokens: int = 0
-    error: str | None = None
-
-
-class ChatClient:
-    """Greedy ``/v1/chat/completions`` requests to a Serve application, over one connection pool
-    sized for ``concurrency`` requests in flight. Use it as ``async with``."""
-
-    def __init__(self, url: str, concurrency: int, max_tokens: int, model: str | None = None):
-        self.max_tokens, self.model = max_tokens, model
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self._client = httpx.AsyncClient(base_url=url, timeout=600, limits=limits)
-
-    async def __aenter__(self) -> "ChatClient":
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._client.aclose()
-
-    async def send(self, messages: list[dict[str, str]]) -> Reply:
-        """One request; refusals, transport errors and malformed answers come back as ``error``."""
-        body: dict[str, Any] = {"messages": messages, "max_tokens": self.max_tokens, "temperature": 0}
-        if self.model:
-            body["model"] = self.model
-        try:
-            r = await self._client.post("/v1/chat/completions", json=body)
-        except httpx.HTTPError as exc:
-            return Reply(error=f"{type(exc).__name__}: {exc}")
-        if r.status_code != 200:
-            return Reply(error=f"HTTP {r.status_code}: {r.text[:200]}")
-        try:
-            data = r.json()
-            return Reply(data["choices"][0]["message"]["content"], data["usage"]["completion_tokens"])
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            return Reply(error=f"malformed answer ({type(exc).__name__}: {exc}): {r.text[:200]}")
+from scripts.triton.sampling import EnsembleRequest, ensemble_inputs
 
 
 def _rate(texts: list[str | None], tokens: int, errors: list[str], wall: float) -> dict[str, Any]:
@@ -178,79 +125,6 @@ def summary(result: dict[str, Any], requests: int) -> str:
         f"Serve /v1/chat/completions: {s['succeeded']}/{s['requests']} ok, {s['tok_per_s']:.0f} output tok/s",
         f"same text both ways: {result['same_text']}/{requests}; ratio Serve / Triton: {result['ratio']:.2f} "
         f"(rounds: {', '.join(f'{r:.2f}' for r in result['ratios'])})"])
-
-
-class LoadThread:
-    """Chat requests sent from a thread of their own (its own event loop) until :meth:`halt`;
-    subclasses write ``_run`` (the coroutine that sends) and their ``start``/``stop``."""
-
-    def __init__(self, url: str, concurrency: int, max_tokens: int, name: str):
-        self.url, self.concurrency, self.max_tokens = url, concurrency, max_tokens
-        self.failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
-
-    async def _run(self) -> None:
-        raise NotImplementedError
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._run())
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller by start/stop
-            self.failure = exc
-
-    def begin(self, started: Callable[[], bool], timeout_s: float) -> bool:
-        """Start the thread; wait until ``started()`` (False, and the load told to stop, if it never
-        does within ``timeout_s`` or the thread ends first)."""
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not started() and self._thread.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if self.failure is not None or not started():
-            self._stop.set()
-            return False
-        return True
-
-    def halt(self, timeout_s: float) -> None:
-        """Stop sending; wait for the requests in flight to end; raise if the load generator failed."""
-        self._stop.set()
-        self._thread.join(timeout_s)
-        if self.failure is not None:
-            raise RuntimeError(f"the load generator failed: {self.failure!r}") from self.failure
-
-
-class BackgroundLoad(LoadThread):
-    """Keep ``concurrency`` greedy chat requests in flight against ``url`` until :meth:`stop`."""
-
-    def __init__(self, url: str, concurrency: int, max_tokens: int = 32):
-        super().__init__(url, concurrency, max_tokens, "background-load")
-        self.sent = self.ok = 0
-        self.errors: list[str] = []
-
-    def start(self, timeout_s: float = 30) -> "BackgroundLoad":
-        """Start sending; returns once the first requests are on their way (raises if the load
-        generator itself failed, instead of leaving the caller waiting for a load that never came)."""
-        if not self.begin(lambda: self.sent > 0, timeout_s):
-            raise RuntimeError(f"the load generator did not start: {self.failure!r}") from self.failure
-        return self
-
-    async def _run(self) -> None:
-        async with ChatClient(self.url, self.concurrency, self.max_tokens) as client:
-            async def worker(messages: list[dict[str, str]]) -> None:
-                while not self._stop.is_set():
-                    self.sent += 1
-                    reply = await client.send(messages)
-                    if reply.error is None:
-                        self.ok += 1
-                    else:
-                        self.errors.append(reply.error)
-
-            await asyncio.gather(*(worker(m) for m in bench_messages(self.concurrency)))
-
-    def stop(self, timeout_s: float = 300) -> dict[str, Any]:
-        """Stop sending; wait for the requests in flight to finish; counts of what was sent."""
-        self.halt(timeout_s)
-        return {"sent": self.sent, "succeeded": self.ok, "errors": self.errors[:3], "error_count": len(self.errors)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,5 +1,5 @@
-"""What keeps the notebooks thin: a local Ray/Serve cluster, Serve-state polling, chat clients,
-example inputs, the notebook runner.
+"""What keeps the notebooks thin: a local Ray/Serve cluster, GPU-conflict reproductions, example
+inputs, the notebook runner (chat clients, loads and Serve-state polling: :mod:`scripts.clients`).
 
 Importing this package first, before ``transformers`` or ``ray``, keeps two notices out of a
 notebook's outputs: tqdm's "IProgress not found" warning and Ray's "Missing packages:

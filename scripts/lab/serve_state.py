@@ -6,40 +6,26 @@ dict a ``serve build`` config holds (``name``, ``num_replicas`` or ``autoscaling
 (:mod:`scripts.capacity`, before deploying) and :func:`deployment_options` (``.options(**)`` of
 the real deployment), so what the checker judged is exactly what Ray schedules.
 
-After deploying, :func:`wait_for_app` polls ``serve.status()`` until a condition holds (all
-replicas running, or some replicas still pending with Serve's "taken more than ...s to be
-scheduled" message) and returns an :class:`AppState` whose :meth:`AppState.format` prints only
+After deploying, :func:`show_pending`, :func:`show_running` and :func:`show_failed` wait with
+:func:`scripts.clients.serve_status.wait_for_app` until some replicas still pend with Serve's "taken
+more than ...s to be scheduled" message, all run, or the application failed, and print the state's
 stable facts. :func:`pending_demands` reads the autoscaler's view of what cannot be placed (the
-"Demands" of ``ray status``).
+"Demands" of ``ray status``). :data:`DIRECT_INGRESS_ENV` and :func:`ingress_urls` are direct
+ingress (notebook 07); :func:`all_distinct` checks that replicas own what they should (notebook 05).
 """
 from __future__ import annotations
 
-import json
 import re
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
+
+from scripts.clients.serve_status import AppState, all_running, deploy_failed, pending_with_message, wait_for_app
 
 
 #: Keys of a deployment dict that map onto ``Deployment.options``.
 DEPLOYMENT_KEYS = ("name", "num_replicas", "autoscaling_config", "ray_actor_options", "max_replicas_per_node",
                    "placement_group_bundles", "placement_group_strategy")
-#: Serve's replica states that hold a replica which is not serving yet.
-NOT_READY_STATES = ("STARTING", "UPDATING", "RECOVERING", "PENDING_MIGRATION")
-_SCHEDULING_MESSAGE = re.compile(r"to be scheduled")
-_JSON_OBJECT = re.compile(r"\{[^{}]*\}")
-
-
-def sorted_json_objects(text: str) -> str:
-    """``text`` with each flat JSON object in it rewritten with sorted keys (Serve prints the
-    available resources in whatever order Ray returned them)."""
-    def canonical(match: re.Match) -> str:
-        try:
-            return json.dumps(json.loads(match.group(0)), sort_keys=True)
-        except ValueError:
-            return match.group(0)
-    return _JSON_OBJECT.sub(canonical, text)
 
 
 class ConflictSetupError(ValueError):
@@ -76,116 +62,11 @@ def deployment_options(deployment: Mapping[str, Any]) -> dict:
     return options
 
 
-@dataclass(frozen=True)
-class AppState:
-    """One application with one deployment, as ``serve.status()`` reports it."""
-
-    app: str
-    app_status: str
-    deployment: str
-    deployment_status: str
-    replicas: Mapping[str, int] = field(default_factory=dict)
-    message: str = ""
-
-    @property
-    def running(self) -> int:
-        return self.replicas.get("RUNNING", 0)
-
-    @property
-    def not_ready(self) -> int:
-        return sum(self.replicas.get(s, 0) for s in NOT_READY_STATES)
-
-    @property
-    def scheduling_message(self) -> bool:
-        """Serve said some replicas wait for resources ("taken more than Ns to be scheduled")."""
-        return bool(_SCHEDULING_MESSAGE.search(self.message))
-
-    def format(self) -> str:
-        """Stable facts: statuses, replica counts per state, Serve's message."""
-        reps = ", ".join(f"{state} {n}" for state, n in sorted(self.replicas.items())) or "none"
-        lines = [f"application {self.app}: {self.app_status}",
-                 f"deployment {self.deployment}: {self.deployment_status} (replicas: {reps})"]
-        if self.message:
-            lines.append("message: " + sorted_json_objects(self.message))
-        return "\n".join(lines)
-
-
-def app_state(status: Any, app: str, deployment: str | None = None) -> AppState:
-    """An :class:`AppState` from a ``serve.status()`` result (``ServeStatus``)."""
-    apps = getattr(status, "applications", {}) or {}
-    if app not in apps:
-        return AppState(app, "NOT_STARTED", deployment or "", "NOT_STARTED")
-    app_status = apps[app]
-    deployments = app_status.deployments or {}
-    if deployment is None:
-        if not deployments:  # the controller has not created it yet
-            return AppState(app, _name(app_status.status), "", "NOT_STARTED")
-        if len(deployments) != 1:
-            raise ConflictSetupError(f"application {app!r} has {len(deployments)} deployments: name one")
-        deployment = next(iter(deployments))
-    dep = deployments.get(deployment)
-    if dep is None:
-        return AppState(app, _name(app_status.status), deployment, "NOT_STARTED")
-    replicas = {_name(k): int(v) for k, v in (dep.replica_states or {}).items() if v}
-    return AppState(app, _name(app_status.status), deployment, _name(dep.status), replicas,
-                    " ".join((dep.message or "").split()))
-
-
-def _name(value: Any) -> str:
-    return str(getattr(value, "value", value))
-
-
-def all_running(expected: int) -> Callable[[AppState], bool]:
-    """Condition: the application is RUNNING with ``expected`` replicas running."""
-    return lambda s: s.app_status == "RUNNING" and s.running == expected and s.not_ready == 0
-
-
-def scaled_to(replicas: int) -> Callable[[AppState], bool]:
-    """Condition: back to ``replicas`` running, none stopping, the deployment HEALTHY (after a
-    downscale Serve keeps the stopped replica as STOPPING for a moment)."""
-    return lambda s: all_running(replicas)(s) and not s.replicas.get("STOPPING") and s.deployment_status == "HEALTHY"
-
-
-def pending_with_message(running: int = 0) -> Callable[[AppState], bool]:
-    """Condition: ``running`` replicas run, others wait, and Serve has said why, about all of them
-    (its message counts the replicas that waited longer than the threshold; while replicas still
-    start up it may count more, so wait for it to agree)."""
-    return lambda s: (s.running == running and s.not_ready > 0 and s.scheduling_message
-                      and f"has {s.not_ready} replicas" in s.message)
-
-
-def wait_for_app(app: str, condition: Callable[[AppState], bool], timeout_s: float, *, poll_s: float = 0.5,
-                 status_fn: Callable[[], Any] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> tuple[AppState, float]:
-    """Poll ``serve.status()`` until ``condition(state)`` holds; (last state, seconds waited).
-
-    Raises :class:`TimeoutError` with the last state when ``timeout_s`` passes first.
-    """
-    if status_fn is None:
-        from ray import serve  # noqa: PLC0415 - heavy; unit tests pass status_fn
-
-        status_fn = serve.status
-    start = clock()
-    while True:
-        state = app_state(status_fn(), app)
-        if condition(state):
-            return state, clock() - start
-        if clock() - start > timeout_s:
-            raise TimeoutError(f"after {timeout_s:g} s the condition did not hold:\n{state.format()}")
-        sleep(poll_s)
-
-
 def show_pending(app: str, timeout_s: float, running: int = 0) -> tuple[AppState, float]:
     """Wait until ``running`` replicas run and Serve says why the others wait; print the state."""
     state, waited = wait_for_app(app, pending_with_message(running), timeout_s)
     print(state.format())
     return state, waited
-
-
-def deploy_failed(state: AppState) -> bool:
-    """Condition: Serve gave up starting the application (a replica's constructor kept failing)."""
-    return state.app_status == "DEPLOY_FAILED"
 
 
 _ERROR_LINE = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception)): (.*?)(?=\s+File \"|$)")
@@ -347,3 +228,9 @@ def ingress_urls(app: str) -> list[str]:
     controller = _get_global_client()._controller
     return urls_from_target_groups(ray.get(controller.get_target_groups.remote(app)), app,
                                    "127.0.0.1" if host in ("0.0.0.0", "::") else host)
+
+
+def all_distinct(items: Iterable[Mapping[str, Any]], key: str) -> bool:
+    """Whether every item has its own non-empty ``key`` (each replica its own Triton PID, port ...)."""
+    values = [item.get(key) for item in items]
+    return all(values) and len(set(values)) == len(values)

@@ -18,10 +18,10 @@ from typing import Annotated, Any, Iterable, Literal, Optional, Union
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationError)
 
+from scripts.triton.backend.request_handling import MAX_STREAM_INTERVAL
+
 #: Most stop sequences a request may give (OpenAI's limit).
 MAX_STOP_SEQUENCES = 4
-#: Largest stream_interval a request may ask for (a chunk of tokens; more buys nothing).
-MAX_STREAM_INTERVAL = 1024
 #: The seeds a request may give: Triton's random_seed is a uint64, vLLM's OpenAI server takes an int64.
 SEED_RANGE = (-(1 << 63), (1 << 64) - 1)
 

@@ -3,9 +3,10 @@
 :class:`LLMService` holds the request logic of the routes in :mod:`scripts.serve.app`, with no
 Ray and no Serve in it: it validates a request (:mod:`scripts.serve.openai_api`), counts the
 prompt's tokens as Triton's preprocessing model does, checks ``max_tokens`` against the model's
-length, sends the ensemble's tensors to the backend (:mod:`scripts.triton.client`) and turns
-the chunks that come back into an OpenAI response: whole, or as Server-Sent Events with the stop
-sequences cut across chunks, the token ids decoded incrementally, the finish reason and the usage.
+length, sends the ensemble's tensors (:mod:`scripts.triton.sampling`) to the backend
+(:mod:`scripts.triton.client`) and turns the chunks that come back into an OpenAI response: whole,
+or as Server-Sent Events with the stop sequences cut across chunks, the token ids decoded
+incrementally, the finish reason and the usage.
 A failure of Triton becomes an OpenAI error: a 500 before the stream starts, an error event in it.
 
 It is built from a started backend (anything with :class:`scripts.triton.client.TritonLLM`'s
@@ -27,10 +28,11 @@ from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, chunk_b
                                       parse_chat_request, parse_completion_request, resolve_max_tokens, response_body,
                                       sse, usage)
 from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
-from scripts.triton.backend.steps import check_prompt_bytes, check_prompt_tokens, longest_token_bytes, to_word_list_format
-from scripts.triton.client import MAX_TOP_K, Chunk, EnsembleRequest, TritonLLM, TritonRequestError, ensemble_inputs
+from scripts.triton.backend.request_handling import check_prompt_bytes, check_prompt_tokens, longest_token_bytes
+from scripts.triton.client import Chunk, TritonLLM, TritonRequestError
 from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import RepositoryFacts
+from scripts.triton.sampling import EnsembleRequest, engine_inputs, ensemble_inputs
 
 #: A route's answer: a whole JSON body, or the Server-Sent Events of a streamed one.
 Reply = Union[dict[str, Any], AsyncIterator[str]]
@@ -164,35 +166,14 @@ class LLMService:
         except ValueError as exc:
             raise OpenAIError(400, str(exc), param=param, code="context_length_exceeded") from None
         max_tokens = resolve_max_tokens(gen, prompt_tokens, self.facts.max_model_len, self.default_max_tokens)
-        if self.engine is not None:
-            return self.engine_inputs(gen, prompt_ids, max_tokens), prompt_tokens, max_tokens
         request = EnsembleRequest(gen.prompt, max_tokens, stream=gen.stream and self.facts.decoupled,
                                   temperature=gen.temperature, top_p=gen.top_p, stop=gen.stop, seed=gen.seed,
                                   ignore_eos=gen.ignore_eos,
                                   presence_penalty=gen.presence_penalty, frequency_penalty=gen.frequency_penalty)
+        if self.engine is not None:  # the engine model's tensors, always streamed
+            return (engine_inputs(self.engine, request, prompt_ids, self.tokenizer, self.vocab_size), prompt_tokens,
+                    max_tokens)
         return ensemble_inputs(request, self.vocab_size), prompt_tokens, max_tokens
-
-    def engine_inputs(self, gen: Generation, prompt_ids: list[int], max_tokens: int) -> dict:
-        """The engine model's tensors for a request, as the ensemble's preprocessing model would
-        make them (end and pad ids, stop words as token ids) plus the sampling settings of
-        :func:`scripts.triton.client.ensemble_inputs`; always streamed (new tokens per response)."""
-        tok = self.tokenizer
-        optional: dict[str, Any] = self.engine.end_and_pad(tok, gen.ignore_eos)
-        if gen.stop:
-            optional["stop_words_list"] = to_word_list_format([[tok(w, add_special_tokens=False)["input_ids"] for w in gen.stop]])
-        if gen.temperature > 0:
-            optional["temperature"] = [gen.temperature]
-            if gen.top_p < 1:
-                optional["runtime_top_p"] = [gen.top_p]
-            else:
-                optional["runtime_top_k"] = [min(MAX_TOP_K, self.vocab_size)]
-        if gen.seed is not None:
-            optional["random_seed"] = [gen.seed]
-        if gen.presence_penalty:
-            optional["presence_penalty"] = [gen.presence_penalty]
-        if gen.frequency_penalty:
-            optional["frequency_penalty"] = [gen.frequency_penalty]
-        return self.engine.build(prompt_ids, max_tokens, streaming=True, **optional)
 
     async def _events(self, gen: Generation, first: Chunk | None, chunks: AsyncIterator[Chunk], prompt_tokens: int,
                       max_tokens: int) -> AsyncIterator[str]:

@@ -17,8 +17,9 @@ Two ways to own Triton, chosen by :func:`make_backend`:
 A third, **attached** (:class:`AttachedTriton`), calls a Triton that runs already and is shared by
 several replicas (the second topology notebook 07 measures).
 
-All take the ensemble's tensors from :func:`ensemble_inputs` (or, where the Serve application
-targets the engine model itself, token ids from :class:`scripts.triton.engine_request.EngineInputs`)
+All take the ensemble's tensors from :func:`scripts.triton.sampling.ensemble_inputs` (or, where the
+Serve application targets the engine model itself, token ids from
+:func:`scripts.triton.sampling.engine_inputs`)
 and yield :class:`Chunk` s: the text of one response, how many tokens it carries
 (``sequence_length``) and, where the model returns them, their ids (``output_ids``), which a
 streaming client decodes incrementally (:class:`scripts.serve.streaming.IncrementalDetokenizer`).
@@ -29,36 +30,14 @@ import asyncio
 import importlib
 import importlib.util
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Protocol
 
 import numpy as np
 
-#: TensorRT-LLM reads top_k 0 with top_p 0 or 1 as greedy, whatever the temperature. OpenAI's
-#: temperature > 0 with top_p 1 means sampling from the whole distribution, so such requests get
-#: the largest top_k TensorRT-LLM accepts (or the vocabulary size, if smaller).
-MAX_TOP_K = 1024
-
-
 class TritonRequestError(RuntimeError):
     """Triton refused or failed a request; the message is Triton's."""
-
-
-@dataclass
-class EnsembleRequest:
-    """What the ensemble model is asked (its inputs, in client terms)."""
-
-    prompt: str
-    max_tokens: int
-    stream: bool = False
-    temperature: float = 0.0
-    top_p: float = 1.0
-    stop: list[str] = field(default_factory=list)
-    seed: int | None = None
-    ignore_eos: bool = False  # generate max_tokens whatever the model says (benchmarks, drain tests)
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
 
 
 #: The ensemble outputs a client reads; ``output_ids`` only where the ensemble declares it
@@ -71,32 +50,6 @@ class Chunk:
     text: str
     tokens: int
     ids: list[int] | None = None  # None: the ensemble returns no output_ids
-
-
-def ensemble_inputs(req: EnsembleRequest, vocab_size: int) -> dict[str, np.ndarray]:
-    """The ensemble's input tensors for one request (batch of one, as the configs declare)."""
-    inputs: dict[str, np.ndarray] = {
-        "text_input": np.array([[req.prompt.encode("utf-8")]], dtype=np.object_),
-        "max_tokens": np.array([[req.max_tokens]], dtype=np.int32),
-        "stream": np.array([[req.stream]], dtype=bool),
-    }
-    if req.stop:
-        inputs["stop_words"] = np.array([[s.encode("utf-8") for s in req.stop]], dtype=np.object_)
-    if req.temperature > 0:
-        inputs["temperature"] = np.array([[req.temperature]], dtype=np.float32)
-        if req.top_p < 1:
-            inputs["top_p"] = np.array([[req.top_p]], dtype=np.float32)
-        else:
-            inputs["top_k"] = np.array([[min(MAX_TOP_K, vocab_size)]], dtype=np.int32)
-    if req.seed is not None:
-        inputs["random_seed"] = np.array([[req.seed]], dtype=np.uint64)
-    if req.ignore_eos:  # no end id: TensorRT-LLM's convention, which the vLLM and transformers engines follow
-        inputs["end_id"] = np.array([[-1]], dtype=np.int32)
-    if req.presence_penalty:
-        inputs["presence_penalty"] = np.array([[req.presence_penalty]], dtype=np.float32)
-    if req.frequency_penalty:
-        inputs["frequency_penalty"] = np.array([[req.frequency_penalty]], dtype=np.float32)
-    return inputs
 
 
 def chunk_from_outputs(text_output: np.ndarray | None, sequence_length: np.ndarray | None,

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from scripts.model.tokenizer import end_and_pad_ids, load_tokenizer
+from scripts.triton.backend.request_handling import ENGINE_OUTPUTS
 
-ENGINE_OUTPUTS = ("output_ids", "sequence_length")
 #: NumPy dtypes of the config data types an engine model's inputs use.
 NUMPY_DTYPES = {"TYPE_INT32": np.int32, "TYPE_INT64": np.int64, "TYPE_UINT64": np.uint64, "TYPE_FP32": np.float32,
                 "TYPE_BOOL": np.bool_}

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from scripts.bench.recovery import RetryingLoad, rss_table, watch_replacement
-from scripts.bench.serve import bench_messages, run_serve
+from scripts.bench.process_usage import rss_table
+from scripts.bench.serve import run_serve
+from scripts.clients.chat import bench_messages
+from scripts.clients.load import RetryingLoad
+from scripts.clients.serve_status import watch_replacement
 from scripts.lab.cluster import LocalCluster
-from scripts.lab.serve_state import all_running, wait_for_app
 from scripts.profiles import load_profile
 from scripts.serve.app import APP_NAME, TritonDeployment, fill_serve_repository, serve_repo_dir
 from scripts.serve.config import deployment_options

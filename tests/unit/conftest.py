@@ -34,3 +34,19 @@ def tiny_llama(tmp_path_factory) -> Path:
             complete.touch()
     return out
 
+
+@pytest.fixture
+def chat_service():
+    """The Serve application's service over a fake Triton, with room for the chat data's questions."""
+    from fakes import long_service  # noqa: PLC0415
+
+    return long_service()
+
+
+@pytest.fixture
+def chat_url(chat_service):
+    """The routes over ``chat_service`` on a loopback port: the URL chat clients and loads are sent to."""
+    from fakes import serving  # noqa: PLC0415
+
+    with serving(chat_service) as url:
+        yield url

@@ -98,6 +98,21 @@ def fake_service(chunks=CHUNKS, fail=None, decoupled=True, tokenizer=None, defau
     return LLMService(FakeBackend(chunks, fail), facts, tokenizer or FakeTokenizer(), "tiny-llama", default_max_tokens)
 
 
+def long_service(**kw) -> LLMService:
+    """:func:`fake_service` with room for the chat data's questions (the fake tokenizer spends a token
+    per character): what the chat clients and loads send."""
+    return fake_service(max_model_len=4096, **kw)
+
+
+def closed_port_url() -> str:
+    """A loopback URL where nothing listens."""
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again once this returns
+
+
 @contextlib.contextmanager
 def routes_answered_by(service: LLMService) -> Iterator[Any]:
     """The Serve application's FastAPI app with its routes handed to ``service`` (where Serve

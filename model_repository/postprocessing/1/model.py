@@ -4,7 +4,7 @@ import json
 import triton_python_backend_utils as pb_utils
 
 from scripts.model.tokenizer import load_tokenizer
-from scripts.triton.backend.steps import is_true, model_parameter, postprocess
+from scripts.triton.backend.request_handling import is_true, model_parameter, postprocess
 
 
 class TritonPythonModel:

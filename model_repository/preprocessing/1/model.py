@@ -5,7 +5,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scripts.model.tokenizer import load_tokenizer
-from scripts.triton.backend.steps import Preprocessor, is_true, model_parameter
+from scripts.triton.backend.request_handling import Preprocessor, is_true, model_parameter
 
 INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN", "BAD_WORDS_DICT", "STOP_WORDS_DICT", "END_ID", "PAD_ID")
 

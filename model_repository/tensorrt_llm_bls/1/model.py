@@ -16,7 +16,7 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scripts.triton.backend.steps import gather_engine_outputs, model_parameter
+from scripts.triton.backend.request_handling import ENGINE_OUTPUTS, gather_engine_outputs, model_parameter
 
 PRE_INPUTS = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
               "stop_words": "STOP_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID"}
@@ -24,9 +24,6 @@ PRE_OUTPUTS = {"INPUT_ID": "input_ids", "REQUEST_INPUT_LEN": "input_lengths", "R
                "BAD_WORDS_IDS": "bad_words_list", "STOP_WORDS_IDS": "stop_words_list", "OUT_END_ID": "end_id",
                "OUT_PAD_ID": "pad_id"}
 PASS_THROUGH = {"top_k": "runtime_top_k", "top_p": "runtime_top_p", "temperature": "temperature", "stream": "streaming"}
-# TensorRT-LLM's backend fails a request that does not ask for both (tensorrtllm_backend@v0.17.0:
-# inflight_batcher_llm/src/model_instance_state.cc, fillTritonResponse).
-ENGINE_OUTPUTS = ("output_ids", "sequence_length")
 
 
 class TritonPythonModel:

@@ -26,7 +26,7 @@ import triton_python_backend_utils as pb_utils
 
 from scripts.engine.config import read_engine_config
 from scripts.engine.transformers_cb import Engine, EngineRequestError, refuse_sampling, stop_position
-from scripts.triton.backend.steps import engine_request, from_word_list_format, model_parameter
+from scripts.triton.backend.request_handling import engine_request, from_word_list_format, model_parameter
 
 NAMES = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
          "bad_words_list", "runtime_top_k", "runtime_top_p", "temperature", "repetition_penalty",

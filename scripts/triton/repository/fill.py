@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from scripts.engine.config import VLLM_OWN_DEFAULTS, read_engine_config, vllm_engine_kwargs
-from scripts.triton.repository.fill_template import fill_repository
+from scripts.triton.repository.fill_template import CONFIG, fill_repository
 from scripts.paths import TEMPLATE_DIR, triton_repo_dir
 from scripts.profiles import Profile
-from scripts.triton.backend.steps import is_true
+from scripts.triton.backend.request_handling import is_true
 
 COMMON_MODELS = ("preprocessing", "postprocessing", "ensemble", "tensorrt_llm_bls")
 ENGINE_MODEL = {"vllm": "vllm_engine", "tensorrt_llm": "tensorrt_llm", "transformers": "transformers_engine"}
@@ -173,7 +173,7 @@ def read_model_config(repo: Path, model: str):
     from google.protobuf import text_format  # noqa: PLC0415
     from tritonclient.grpc import model_config_pb2  # noqa: PLC0415
 
-    path = Path(repo) / model / "config.pbtxt"
+    path = Path(repo) / model / CONFIG
     if not path.is_file():
         raise FileNotFoundError(f"{path} does not exist: fill the repository first (notebook 02)")
     config = model_config_pb2.ModelConfig()

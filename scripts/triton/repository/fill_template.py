@@ -19,11 +19,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+#: A model folder's configuration file (the linter reads it too).
 CONFIG = "config.pbtxt"
+#: Editor and interpreter leftovers: never copied out of a template repository, never linted.
+JUNK = (".ipynb_checkpoints", "__pycache__")
 _PLACEHOLDER = re.compile(r"\$\{([^${}\n]+)\}")
 _ESCAPABLE = {",", ":", "\\"}
-# Editor and interpreter leftovers that are never copied out of a template repository.
-_JUNK = shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__")
 
 
 class TemplateError(ValueError):
@@ -241,7 +242,7 @@ def fill_repository(
         dest = output_dir / model
         if dest.exists():
             shutil.rmtree(dest)
-        shutil.copytree(template_dir / model, dest, ignore=_JUNK)
+        shutil.copytree(template_dir / model, dest, ignore=shutil.ignore_patterns(*JUNK))
         (dest / CONFIG).write_text(text)
         written.append(dest)
     return written

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
+from scripts.triton.repository.fill_template import CONFIG, JUNK
+
 try:
     from tritonclient.grpc import model_config_pb2
 except (ImportError, RuntimeError) as exc:  # tritonclient without its grpc extra raises RuntimeError
@@ -26,8 +28,6 @@ except (ImportError, RuntimeError) as exc:  # tritonclient without its grpc extr
         "pip install 'tritonclient[grpc]' (bash env/setup_env.sh installs it)"
     ) from exc
 
-CONFIG = "config.pbtxt"
-_JUNK = {".ipynb_checkpoints", "__pycache__"}
 _VERSION = re.compile(r"[1-9][0-9]*")
 
 
@@ -86,7 +86,7 @@ def lint(repo_dir: str | Path) -> LintResult:
     problems: list[Problem] = []
     models: dict[str, _Model] = {}
     for entry in sorted(p for p in repo.iterdir() if p.is_dir()):
-        if entry.name in _JUNK or entry.name.startswith("."):
+        if entry.name in JUNK or entry.name.startswith("."):
             problems.append(_stray(entry, "is not a model", "delete it"))
         elif not (entry / CONFIG).is_file():
             problems.append(_stray(entry, f"has no {CONFIG}, so it is not a model",
@@ -120,7 +120,7 @@ def _load(folder: Path, problems: list[Problem]) -> _Model:
     for sub in sorted(p for p in folder.iterdir() if p.is_dir()):
         if _VERSION.fullmatch(sub.name):
             model.versions.append(sub)
-        elif sub.name in _JUNK or sub.name.startswith("."):
+        elif sub.name in JUNK or sub.name.startswith("."):
             problems.append(_stray(sub, f"in model {folder.name!r} is not a version", "delete it"))
         elif sub.name.isdigit():
             problems.append(_stray(sub, "is not a version: Triton ignores 0 and leading zeros",

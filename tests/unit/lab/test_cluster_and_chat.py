@@ -1,4 +1,4 @@
-"""scripts.lab.cluster against a real local Ray cluster; scripts.lab.chat's pure parts."""
+"""scripts.lab.cluster against a real local Ray cluster."""
 import os
 import socket
 import time
@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from scripts.lab.chat import all_distinct, streamed_text
 from scripts.lab.cluster import LocalCluster
 from scripts.procs.process_guard import is_running
 
@@ -67,18 +66,6 @@ def test_rays_messages_to_the_driver_go_to_a_file_not_to_stdout(capfd):
     out, err = capfd.readouterr()
     assert "a message for the driver" not in out + err and "\x1b[" not in out + err and "(raylet)" not in out + err
     assert ray._private.worker.print_to_stdstream is original  # the terminal gets them again after stop()
-
-
-def test_streamed_text_joins_deltas_and_skips_usage_and_done():
-    events = [{"choices": [{"delta": {"role": "assistant"}}]}, {"choices": [{"delta": {"content": "Ca"}}]},
-              {"choices": [{"delta": {"content": "fé"}}]}, {"choices": [], "usage": {"total_tokens": 3}}, "[DONE]"]
-    assert streamed_text(events) == "Café"
-
-
-def test_all_distinct_needs_every_value_present_and_different():
-    assert all_distinct([{"pid": 1}, {"pid": 2}], "pid")
-    assert not all_distinct([{"pid": 1}, {"pid": 1}], "pid")
-    assert not all_distinct([{"pid": 1}, {}], "pid")
 
 
 def test_local_cluster_with_dashboard_and_metrics_port_on_loopback():

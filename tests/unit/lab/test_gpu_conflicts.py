@@ -7,7 +7,8 @@ import pytest
 
 from scripts.lab import gpu_conflicts as gc
 from scripts.lab.gpu_probe import POLICIES, claim_engine_memory, visibility
-from scripts.lab.serve_state import deploy_failed, failure_reason, AppState
+from scripts.clients.serve_status import AppState, deploy_failed
+from scripts.lab.serve_state import failure_reason
 from scripts.profiles import load_profile
 from scripts.procs.process_guard import is_running
 

@@ -1,27 +1,12 @@
-"""Unit tests for scripts.lab.serve_state (no Ray cluster: statuses are faked)."""
-import enum
+"""Unit tests for scripts.lab.serve_state (no Ray cluster: statuses are faked; reading and polling
+Serve's status: tests/unit/clients/test_serve_status.py)."""
 from types import SimpleNamespace as NS
 
 import pytest
 
+from scripts.clients.serve_status import AppState
 from scripts.lab import serve_state as rc
 from scripts.capacity import check_capacity, parse_cluster
-
-
-def dep_status(status="UPDATING", replicas=None, message=""):
-    return NS(status=NS(value=status), replica_states=replicas or {}, message=message)
-
-
-def serve_status(app="a", app_status="DEPLOYING", deployments=None):
-    return NS(applications={app: NS(status=NS(value=app_status), deployments=deployments or {})})
-
-
-State = enum.Enum("State", {"STARTING": "STARTING", "RUNNING": "RUNNING"})
-
-MSG = ("Deployment 'Ok' in application 'a' has 1 replicas that have taken more than 3s to be scheduled. "
-       "This may be due to waiting for the cluster to auto-scale or for a runtime environment to be installed. "
-       'Resources required for each replica: {"CPU": 1, "GPU": 3}, total resources available: {"CPU": 8, "GPU": 2}. '
-       "Use `ray status` for more details.")
 
 
 def test_serve_config_and_options_roundtrip():
@@ -45,32 +30,6 @@ def test_deployment_options_rejects_unknown_keys():
     bundles = {"name": "Tp", "placement_group_bundles": [{"CPU": 1, "GPU": 1}, {"GPU": 1}],
                "placement_group_strategy": "STRICT_PACK", "autoscaling_config": None}
     assert "autoscaling_config" not in rc.deployment_options(bundles)
-
-
-def test_app_state_pending_and_running():
-    pending = rc.app_state(serve_status(deployments={"Ok": dep_status(replicas={State.STARTING: 1}, message=MSG)}), "a")
-    assert (pending.app_status, pending.deployment_status, pending.running, pending.not_ready) == ("DEPLOYING", "UPDATING", 0, 1)
-    assert pending.scheduling_message and rc.pending_with_message(0)(pending) and not rc.all_running(1)(pending)
-    assert "replicas: STARTING 1" in pending.format() and "message: Deployment 'Ok'" in pending.format()
-    running = rc.app_state(serve_status(app_status="RUNNING", deployments={"Ok": dep_status("HEALTHY", {"RUNNING": 2})}), "a")
-    assert rc.all_running(2)(running) and not rc.all_running(1)(running) and "message" not in running.format()
-    assert rc.app_state(NS(applications={}), "a").app_status == "NOT_STARTED"
-    with pytest.raises(rc.ConflictSetupError, match="2 deployments"):
-        rc.app_state(serve_status(deployments={"x": dep_status(), "y": dep_status()}), "a")
-
-
-def test_wait_for_app_polls_and_times_out():
-    states = iter([serve_status(), serve_status(deployments={"Ok": dep_status("HEALTHY", {"RUNNING": 1})}, app_status="RUNNING")])
-    now = [0.0]
-
-    def sleep(s):
-        now[0] += s
-
-    state, waited = rc.wait_for_app("a", rc.all_running(1), 10, status_fn=lambda: next(states),
-                                    clock=lambda: now[0], sleep=sleep)
-    assert state.running == 1 and waited == 0.5
-    with pytest.raises(TimeoutError, match="application a: DEPLOYING"):
-        rc.wait_for_app("a", rc.all_running(1), 2, status_fn=serve_status, clock=lambda: now[0], sleep=sleep)
 
 
 def test_demands_from_status_merges_and_drops_node_keys():
@@ -98,11 +57,11 @@ def test_checker_agrees_with_observed_states():
     peak = {"name": "Ok", "autoscaling_config": {"min_replicas": 1, "max_replicas": 3, "initial_replicas": 3},
             "ray_actor_options": {"num_gpus": 1}}
     report = check_capacity(rc.serve_config("a", peak), cluster)
-    two_of_three = rc.AppState("a", "DEPLOYING", "Ok", "UPDATING", {"RUNNING": 2, "STARTING": 1})
+    two_of_three = AppState("a", "DEPLOYING", "Ok", "UPDATING", {"RUNNING": 2, "STARTING": 1})
     assert rc.checker_agrees(report, "Ok", two_of_three)
-    assert not rc.checker_agrees(report, "Ok", rc.AppState("a", "RUNNING", "Ok", "HEALTHY", {"RUNNING": 3}))
+    assert not rc.checker_agrees(report, "Ok", AppState("a", "RUNNING", "Ok", "HEALTHY", {"RUNNING": 3}))
     too_big = check_capacity(rc.serve_config("a", {"name": "Big", "ray_actor_options": {"num_gpus": 3}}), cluster)
-    assert rc.checker_agrees(too_big, "Big", rc.AppState("a", "DEPLOYING", "Big", "UPDATING", {"STARTING": 1}))
+    assert rc.checker_agrees(too_big, "Big", AppState("a", "DEPLOYING", "Big", "UPDATING", {"STARTING": 1}))
 
 
 def test_pending_replica_actors_from_actor_table():
@@ -110,18 +69,6 @@ def test_pending_replica_actors_from_actor_table():
              "2": {"ActorClassName": "ServeReplica:a:Ok", "State": "ALIVE"},
              "3": {"ActorClassName": "ServeController", "State": "PENDING_CREATION"}}
     assert rc.pending_replica_actors(table) == ["ServeReplica:a:Ok"]
-
-
-def test_sorted_json_objects():
-    assert rc.sorted_json_objects('x {"GPU": 2.0, "CPU": 8.0}. {bad} y') == 'x {"CPU": 8.0, "GPU": 2.0}. {bad} y'
-
-
-def test_scaled_to_waits_for_stopping_replicas_to_go():
-    state = lambda replicas, dep="HEALTHY": rc.AppState("a", "RUNNING", "Ok", dep, replicas)
-    assert rc.scaled_to(1)(state({"RUNNING": 1}))
-    assert not rc.scaled_to(1)(state({"RUNNING": 1, "STOPPING": 1}))
-    assert not rc.scaled_to(1)(state({"RUNNING": 1}, dep="UPSCALING"))
-    assert not rc.scaled_to(1)(state({"RUNNING": 2}))
 
 
 def test_wait_for_demands_returns_the_first_non_empty_answer():
@@ -162,3 +109,9 @@ def test_direct_ingress_env_turns_it_on_and_shortens_the_drain():
                            check=True)
     assert default.stdout.split() == ["False", "30.0"]  # Ray's defaults: no direct ingress, a 30 s drain
     assert tuned.stdout.split() == ["True", "1.0"]
+
+
+def test_all_distinct_needs_every_value_present_and_different():
+    assert rc.all_distinct([{"pid": 1}, {"pid": 2}], "pid")
+    assert not rc.all_distinct([{"pid": 1}, {"pid": 1}], "pid")
+    assert not rc.all_distinct([{"pid": 1}, {}], "pid")

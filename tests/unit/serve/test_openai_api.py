@@ -153,7 +153,7 @@ def test_models_body():
 def test_ignore_eos_reaches_the_ensemble_as_no_end_id():
     """vLLM's ``ignore_eos`` extension (benchmarks ask every answer to be max_tokens long): the ensemble
     gets ``end_id`` -1, TensorRT-LLM's "no end id", which the engine models read as ignore_eos."""
-    from scripts.triton.client import EnsembleRequest, ensemble_inputs
+    from scripts.triton.sampling import EnsembleRequest, ensemble_inputs
 
     gen = parse_completion_request(b'{"prompt": "hi", "max_tokens": 8, "ignore_eos": true}', "tiny-llama")
     assert gen.ignore_eos

@@ -19,8 +19,8 @@ import pytest
 
 from scripts.engine import config as engine
 from scripts.profiles import load_profile
-from scripts.triton.engine_request import (ENGINE_OUTPUTS, EngineModelRequest, engine_model_request, generated_ids,
-                                   tritonclient_args)
+from scripts.triton.backend.request_handling import ENGINE_OUTPUTS
+from scripts.triton.engine_request import EngineModelRequest, engine_model_request, generated_ids, tritonclient_args
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile, read_model_config
 
 from fakes import FakeTokenizer, install_model

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from scripts.triton.backend import steps as tm
+from scripts.triton.backend import request_handling as tm
 from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
 
 

@@ -1,4 +1,5 @@
-"""Where the CPU goes during a benchmark: CPU seconds per process group, between marks.
+"""What the processes of the serving stack use: CPU seconds per process group between marks (notebook
+07), and resident memory (``make test-full``, before and after a soak).
 
 On a small machine every layer of the serving path competes for the same cores as the engine:
 a token that costs the HTTP proxy, the replica and a Python-backend stub a millisecond of CPU each
@@ -6,11 +7,13 @@ is a token the engine did not compute. :class:`CpuMeter` reads the CPU time (use
 ``/proc`` through psutil) of named process groups, each a set of root PIDs and all their
 children, plus the machine's busy time, at each :meth:`CpuMeter.mark`; :meth:`CpuMeter.intervals`
 gives the differences. Marked once before a plan and once after each run (the progress line
-``run_plan`` echoes), interval ``i`` is run ``i``'s CPU.
+``run_plan`` echoes), interval ``i`` is run ``i``'s CPU. :func:`rss_table` reads the resident
+memory of named processes.
 """
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import psutil
@@ -102,3 +105,19 @@ def attribute(rows: list[dict[str, Any]], intervals: list[dict[str, float]], lab
             out.append({"label": row["label"], "concurrency": row["concurrency"], "repeat": row.get("repeat", 0)}
                        | {k: round(v, 3) for k, v in per_token_ms(interval, tokens, labels).items()})
     return out
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process (0 once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (FileNotFoundError, ProcessLookupError):
+        pass
+    return 0
+
+
+def rss_table(processes: Iterable[tuple[str, int]]) -> dict[str, int]:
+    """``{"name (pid)": resident bytes}`` for the (name, pid) pairs given."""
+    return {f"{name} ({pid})": rss_bytes(pid) for name, pid in processes}

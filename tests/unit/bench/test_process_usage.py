@@ -1,4 +1,5 @@
-"""scripts.bench.cpu: CPU seconds of process trees between marks, with a real busy child process."""
+"""scripts.bench.process_usage: CPU seconds of process trees between marks, with a real busy child
+process; resident memory."""
 from __future__ import annotations
 
 import os
@@ -7,8 +8,8 @@ import sys
 
 import pytest
 
-from scripts.bench import cpu
-from scripts.bench.cpu import REST, CpuMeter, machine_busy_seconds, per_token_ms, tree_cpu_seconds
+from scripts.bench.process_usage import (REST, CpuMeter, attribute, machine_busy_seconds, per_token_ms, rss_bytes,
+                                         rss_table, tree_cpu_seconds)
 
 #: Waits for a line, burns 0.3 s of its own CPU time, says so, and stays alive until stdin closes
 #: (a process that exited is no longer in its parent's tree).
@@ -129,6 +130,11 @@ def test_attribute_gives_each_run_its_interval_per_token():
             {"label": "serve", "concurrency": 1, "output_tokens": None},  # failed: left out
             {"label": "serve", "concurrency": 4, "repeat": 1, "output_tokens": 300}]
     intervals = [{"engine": 0.2}, {"engine": 1.0}, {"engine": 0.3, "proxy": 0.0333}]
-    assert cpu.attribute(rows, intervals, ["engine", "proxy"]) == [
+    assert attribute(rows, intervals, ["engine", "proxy"]) == [
         {"label": "vllm", "concurrency": 1, "repeat": 0, "engine": 2.0, "proxy": 0.0},
         {"label": "serve", "concurrency": 4, "repeat": 1, "engine": 1.0, "proxy": 0.111}]
+
+
+def test_rss_of_this_process_and_of_a_gone_one():
+    assert rss_bytes(os.getpid()) > 10 * 2**20 and rss_bytes(2**22 - 3) == 0
+    assert list(rss_table([("me", os.getpid())])) == [f"me ({os.getpid()})"]

@@ -201,6 +201,13 @@ def postprocess(tokenizer: Any, tokens: np.ndarray, lengths: np.ndarray, skip_sp
     return out
 
 
+#: What an engine model answers with (TensorRT-LLM's names, which this repository's other engine
+#: models use too): the BLS model and direct engine clients (scripts.triton.engine_request) ask for them.
+#: TensorRT-LLM's backend fails a request that does not ask for both (tensorrtllm_backend@v0.17.0:
+#: inflight_batcher_llm/src/model_instance_state.cc, fillTritonResponse).
+ENGINE_OUTPUTS = ("output_ids", "sequence_length")
+
+
 def gather_engine_outputs(parts: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """One engine answer from the responses of a decoupled engine: ``(output_ids, sequence_length)``.
 
@@ -310,7 +317,9 @@ def engine_request(inputs: dict[str, np.ndarray], tokenizer: Any, max_model_len:
 SAMPLING_KEYS = {"max_tokens", "temperature", "top_k", "top_p", "min_p", "seed", "stop", "stop_token_ids",
                  "ignore_eos", "repetition_penalty", "presence_penalty", "frequency_penalty", "n", "min_tokens",
                  "logit_bias", "skip_special_tokens", "stream_interval"}
-#: Largest stream_interval a request may ask for (new tokens per streamed response).
+#: Largest stream_interval a request may ask for (new tokens per streamed response; a chunk of tokens,
+#: more buys nothing): the engine models check it here, the Serve app (scripts.serve.openai_api) and
+#: the benchmark sweep import it.
 MAX_STREAM_INTERVAL = 1024
 
 

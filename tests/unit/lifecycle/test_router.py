@@ -1,5 +1,6 @@
-"""scripts.lifecycle.router and .load: weights, draws, the breaker, the records and their numbers.
-The whole release (Serve, a real Triton with two versions, a steady load) runs in notebook 08."""
+"""scripts.lifecycle.router: weights, draws, the breaker, the release configs (the steady load and its
+records: tests/unit/clients/test_load.py). The whole release (Serve, a real Triton with two
+versions, a steady load) runs in notebook 08."""
 from __future__ import annotations
 
 import asyncio
@@ -8,8 +9,7 @@ import random
 
 import pytest
 
-from scripts.lifecycle import load, router
-from fakes import json_http_server
+from scripts.lifecycle import router
 
 
 def test_weights_are_validated_with_what_to_fix():
@@ -114,56 +114,6 @@ def test_bad_bodies_are_a_400_that_says_what_to_send():
     for body in ({"max_tokens": 2}, {"prompt": "", "max_tokens": 2}, {"prompt": "p", "max_tokens": 0}, ValueError("not JSON")):
         status, answer = call(r, body)
         assert status == 400 and '"prompt"' in answer["error"]
-
-
-def records():
-    R = load.Record
-    return [R(0.0, 0.2, 200, "blue", 1, False, ""), R(0.1, 0.6, 200, "green", 2, True, ""),
-            R(0.3, 0.7, 502, None, None, False, "green: boom"), R(0.5, 1.2, 200, "green", 2, False, "")]
-
-
-def test_summary_timeline_and_split():
-    s = load.summary(records())
-    assert s == {"requests": 4, "failed": 1, "by_version": {1: 1, 2: 2}, "by_color": {"blue": 1, "green": 2},
-                 "retried": 1, "errors": {"green": 1}}
-    bins = load.timeline(records(), bin_s=0.5)
-    assert [b["t"] for b in bins] == [0.0, 0.5, 1.0] and bins[0]["ok"] == {1: 1} and bins[1] == {"t": 0.5, "ok": {2: 1}, "failed": 1}
-    within, share, tolerance = load.split_within(records(), "green", 0.5)
-    assert share == pytest.approx(2 / 3) and within and tolerance == pytest.approx(3 * (0.25 / 3) ** 0.5)
-    with pytest.raises(ValueError, match="no answered request"):
-        load.split_within([], "green", 0.1)
-    assert load.timeline([]) == []
-
-
-def _router_answer(path, body):
-    if body["prompt"] == "fail":
-        return 502, {"error": "green: down"}
-    return 200, {"color": "blue", "version": 1, "retried": False, "text": body["prompt"]}
-
-
-@pytest.fixture
-def http_url():
-    with json_http_server(_router_answer) as (url, _):
-        yield url
-
-
-def test_the_steady_load_records_every_request_and_its_failures(http_url):
-    steady = load.SteadyLoad(http_url, concurrency=3, prompt="hello", max_tokens=2).start()
-    steady.wait_for(20, timeout_s=30)
-    at = steady.mark("half")
-    got = steady.stop()
-    assert len(got) >= 20 and all(r.ok and r.version == 1 for r in got) and 0 < at <= got[-1].end_s + 1
-    failing = load.SteadyLoad(http_url, concurrency=1, prompt="fail").start()
-    bad = failing.stop()
-    assert bad and all(r.status == 502 and r.error == "green: down" for r in bad)
-    with pytest.raises(ValueError, match="at least 1"):
-        load.SteadyLoad(http_url, concurrency=0)
-
-
-def test_a_load_against_nothing_fails_its_records_not_the_caller():
-    steady = load.SteadyLoad("http://127.0.0.1:9/", concurrency=1).start(timeout_s=10)
-    got = steady.stop()
-    assert got and got[0].status == 0 and "ConnectError" in got[0].error
 
 
 def test_each_release_step_is_a_valid_serve_config_whose_code_version_stays():
