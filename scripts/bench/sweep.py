@@ -96,7 +96,7 @@ def stream_interval_body(interval: int) -> dict[str, Any] | None:
     """The request fields that ask every target for ``interval`` new tokens per streamed chunk (vLLM's
     ``stream_interval``, which ``vllm serve`` and this repository's Serve app and Triton models accept);
     None for 1 (every token, the default)."""
-    from scripts.triton.backend.request_handling import MAX_STREAM_INTERVAL  # noqa: PLC0415
+    from scripts.triton.backend.engine_stream import MAX_STREAM_INTERVAL  # noqa: PLC0415
 
     if isinstance(interval, bool) or not isinstance(interval, int) or not 1 <= interval <= MAX_STREAM_INTERVAL:
         raise ValueError(f"STREAM_INTERVAL must be an integer from 1 to {MAX_STREAM_INTERVAL} tokens, got {interval!r}")

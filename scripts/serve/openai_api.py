@@ -18,7 +18,7 @@ from typing import Annotated, Any, Iterable, Literal, Optional, Union
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
                       ValidationError)
 
-from scripts.triton.backend.request_handling import MAX_STREAM_INTERVAL
+from scripts.triton.backend.engine_stream import MAX_STREAM_INTERVAL
 
 #: Most stop sequences a request may give (OpenAI's limit).
 MAX_STOP_SEQUENCES = 4

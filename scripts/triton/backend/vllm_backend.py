@@ -34,10 +34,10 @@ import triton_python_backend_utils as pb_utils
 from scripts.engine.config import (VLLM_OWN_DEFAULTS, VLLM_OWN_KEYS, read_engine_config, vllm_engine_args_class,
                                    vllm_engine_kwargs, vllm_environment)
 from scripts.model.tokenizer import load_tokenizer
-from scripts.triton.backend.request_handling import (ChunkBuffer, check_prompt_bytes, check_prompt_text,
-                                                     check_request_size, decode_texts, engine_request, instance_gpu_env,
-                                                     longest_token_bytes, model_parameter, sampling_from_json,
-                                                     stream_interval, token_out_sampling)
+from scripts.triton.backend.engine_stream import (ChunkBuffer, instance_gpu_env, sampling_from_json, stream_interval,
+                                                  token_out_sampling)
+from scripts.triton.backend.request_handling import (check_prompt_bytes, check_prompt_text, check_request_size,
+                                                     decode_texts, engine_request, longest_token_bytes, model_parameter)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
 STACKS_AFTER_S = float(os.environ.get("TUTORIAL_ENGINE_STACKS_AFTER_S", "150"))  # a start takes 20-80 s on two busy cores

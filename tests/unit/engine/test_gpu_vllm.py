@@ -8,7 +8,7 @@ import pytest
 from scripts.bench.vllm_server import VllmServer
 from scripts.engine import config as engine
 from scripts.profiles import ProfileError, load_profile
-from scripts.triton.backend.request_handling import instance_gpu_env
+from scripts.triton.backend.engine_stream import instance_gpu_env
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile, standalone_arguments
 
 
@@ -113,7 +113,7 @@ def test_without_flashinfer_vllm_samples_with_its_own_sampler(monkeypatch):
 
 
 def test_the_backend_joins_deltas_into_chunks_of_the_interval():
-    from scripts.triton.backend.request_handling import ChunkBuffer
+    from scripts.triton.backend.engine_stream import ChunkBuffer
 
     buffer = ChunkBuffer(3)
     got = [buffer.add([i], f"t{i}") for i in range(4)]

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from scripts.triton.backend import engine_stream as es
 from scripts.triton.backend import request_handling as tm
 from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
 
@@ -89,23 +90,23 @@ def test_engine_request_rejects_bad_input(tok, inputs, message):
 
 
 def test_sampling_from_json():
-    assert tm.sampling_from_json(None) == {}
-    assert tm.sampling_from_json('{"max_tokens": "8", "temperature": 0}') == {"max_tokens": 8, "temperature": 0}
+    assert es.sampling_from_json(None) == {}
+    assert es.sampling_from_json('{"max_tokens": "8", "temperature": 0}') == {"max_tokens": 8, "temperature": 0}
     for text, message in [("{bad", "not valid JSON"), ("[1]", "must be a JSON object"),
                           ('{"max_token": 3}', "unknown sampling_parameters"), ('{"max_tokens": -1}', "must be positive"),
                           ('{"top_k": "x"}', "must be an integer")]:
         with pytest.raises(ValueError, match=message):
-            tm.sampling_from_json(text)
+            es.sampling_from_json(text)
 
 
 def test_token_out_requests_skip_vllms_detokenizer_unless_stop_strings_need_it():
     from vllm import SamplingParams
     from vllm.exceptions import VLLMValidationError
 
-    plain = tm.token_out_sampling({"max_tokens": 4, "temperature": 0.0}, None)
+    plain = es.token_out_sampling({"max_tokens": 4, "temperature": 0.0}, None)
     assert plain == {"max_tokens": 4, "temperature": 0.0, "detokenize": False}
     assert SamplingParams(**plain).detokenize is False
-    stopped = tm.token_out_sampling({"max_tokens": 4, "stop": ["."]}, 3)
+    stopped = es.token_out_sampling({"max_tokens": 4, "stop": ["."]}, 3)
     assert stopped == {"max_tokens": 4, "stop": ["."], "stream_interval": 3}
     assert SamplingParams(**stopped).detokenize is True
     with pytest.raises(VLLMValidationError, match="only supported when detokenize is True"):
@@ -113,12 +114,12 @@ def test_token_out_requests_skip_vllms_detokenizer_unless_stop_strings_need_it()
 
 
 def test_stream_interval_from_request_parameters():
-    assert tm.stream_interval(None) is None and tm.stream_interval("{}") is None
-    assert tm.stream_interval('{"stream_interval": 4, "other": "x"}') == 4
-    assert tm.sampling_from_json('{"stream_interval": "2"}') == {"stream_interval": 2}
+    assert es.stream_interval(None) is None and es.stream_interval("{}") is None
+    assert es.stream_interval('{"stream_interval": 4, "other": "x"}') == 4
+    assert es.sampling_from_json('{"stream_interval": "2"}') == {"stream_interval": 2}
     for bad in ('{"stream_interval": 0}', '{"stream_interval": 2000}', '{"stream_interval": "4"}', '{"stream_interval": true}'):
         with pytest.raises(ValueError, match="stream_interval must be an integer from 1 to 1024"):
-            tm.stream_interval(bad)
+            es.stream_interval(bad)
 
 
 def test_model_parameter():
