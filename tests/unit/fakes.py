@@ -130,25 +130,45 @@ def routes_answered_by(service: LLMService) -> Iterator[Any]:
 
 
 @contextlib.contextmanager
-def serving(service: LLMService) -> Iterator[str]:
-    """The routes over ``service`` on a free loopback port, from a thread; yields the base URL."""
+def in_a_thread(app: Any, name: str) -> Iterator[str]:
+    """An ASGI ``app`` served by uvicorn on a free loopback port, from a thread; yields the base URL."""
     import uvicorn  # noqa: PLC0415
 
-    with routes_answered_by(service) as app:
-        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-        thread = threading.Thread(target=server.run, name="fake-serve", daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            if not thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
-        try:
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            server.should_exit = True
-            thread.join(30)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, name=name, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"{name} did not start")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@contextlib.contextmanager
+def serving(service: LLMService) -> Iterator[str]:
+    """The routes over ``service`` on a free loopback port, from a thread; yields the base URL."""
+    with routes_answered_by(service) as app, in_a_thread(app, "fake-serve") as url:
+        yield url
+
+
+def embedded_png_bytes(fig: Any) -> int:
+    """Bytes of ``fig`` as the notebook file holds it: a PNG as the inline backend saves it, base64-encoded."""
+    import base64  # noqa: PLC0415
+    import io  # noqa: PLC0415
+
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    try:
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight", dpi=fig.dpi)
+    finally:
+        plt.close(fig)
+    return len(base64.b64encode(buf.getvalue()))
 
 
 def transformers_on_cpu(build):

@@ -10,6 +10,7 @@ import pytest
 
 matplotlib.use("Agg")
 
+from fakes import embedded_png_bytes  # noqa: E402
 from scripts.bench.compare import METRICS, aggregate, plot, ratio_sentences, ratios, save, table  # noqa: E402
 
 
@@ -157,21 +158,10 @@ def test_ratio_sentences_are_rendered_from_the_rows():
 
 def test_plot_of_a_full_sweep_embeds_under_150_kb():
     """notebook 07 embeds this figure: at most 150 KB of base64 PNG (CONTRIBUTING.md)."""
-    import base64
-    import io
-
-    import matplotlib.pyplot as plt
-
     labels = [f"target number {i} with a long label" for i in range(11)]
     agg = aggregate([row(label, c, r, tput=100.0 * c * (i + 1) + r) for i, label in enumerate(labels)
                      for c in (1, 8, 32) for r in (0, 1)])
-    fig = plot(agg, title="cpu: 32 tokens in, 32 out")
-    try:
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png", bbox_inches="tight", dpi=fig.dpi)  # what the inline backend embeds
-    finally:
-        plt.close(fig)
-    assert len(base64.b64encode(buf.getvalue())) <= 150_000
+    assert embedded_png_bytes(plot(agg, title="cpu: 32 tokens in, 32 out")) <= 150_000
 
 
 def test_pivot_makes_one_row_per_label_and_a_column_per_concurrency():

@@ -6,11 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
-import time
 
 import pytest
 
+from fakes import in_a_thread
 from scripts.bench import triton_stream as ts
 from scripts.bench.sweep import Target, plan
 from scripts.bench.vllm_bench import RESULT_KEYS, normalize
@@ -76,23 +75,10 @@ class FakeTriton:
 @pytest.fixture(scope="module")
 def triton():
     """The fake Triton on a free loopback port, from a thread (as ``fakes.serving`` runs the routes)."""
-    import uvicorn  # noqa: PLC0415
-
     fake = FakeTriton()
-    server = uvicorn.Server(uvicorn.Config(fake.app(), host="127.0.0.1", port=0, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, name="fake-triton", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("the fake Triton did not start")
-        time.sleep(0.01)
-    fake.url = f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}/"
-    try:
+    with in_a_thread(fake.app(), "fake-triton") as url:
+        fake.url = url + "/"
         yield fake
-    finally:
-        server.should_exit = True
-        thread.join(30)
 
 
 @pytest.fixture
