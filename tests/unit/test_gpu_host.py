@@ -1,0 +1,85 @@
+"""env/gpu_host.sh: the background run of a GPU profile's notebooks and the packing of what it made.
+
+The script runs in a stand-in checkout whose wheelhouse install and notebook runner only record how
+they were called, so the test sees the control flow (order, arguments, a failing notebook not
+stopping the next, a failed install stopping all) without a GPU host.
+"""
+from __future__ import annotations
+
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from scripts.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "env" / "gpu_host.sh"
+
+FAKE_INSTALL = """import os, sys
+a = sys.argv
+if not any(os.listdir(p) for p in a[a.index("--from") + 1:a.index("--target")]):
+    sys.exit("no wheels")
+venv = a[a.index("--venv") + 1]
+os.makedirs(venv + "/bin", exist_ok=True)
+os.symlink(sys.executable, venv + "/bin/python")
+"""
+FAKE_RUNNER = """import sys
+print(sys.argv[1:])
+sys.exit(3 if "01" in sys.argv else 0)
+"""
+
+
+def checkout(tmp_path: Path) -> Path:
+    src = tmp_path / "checkout"
+    (src / "env").mkdir(parents=True)
+    (src / "scripts" / "lab").mkdir(parents=True)
+    (src / "env" / "wheelhouse.py").write_text(FAKE_INSTALL)
+    (src / "scripts" / "lab" / "run_notebooks.py").write_text(FAKE_RUNNER)
+    (src / ".whl-parts").mkdir()
+    return src
+
+
+def summary_when_done(work: Path, timeout: float = 30) -> str:
+    path = work / "logs" / "summary"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text() if path.is_file() else ""
+        if "done" in text or "install failed" in text:
+            return text
+        time.sleep(0.1)
+    raise AssertionError(f"the background run did not finish: {path}")
+
+
+def test_start_runs_each_notebook_with_the_options_and_goes_on_past_a_failure(tmp_path):
+    src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
+    (parts / "part1").mkdir(parents=True)
+    (parts / "part1" / "a.whl").write_text("")
+    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00", "01", "07", "--",
+                    "--full", "-p", "CONCURRENCY", "[1, 32]"], cwd=src, check=True, timeout=30)
+    text = summary_when_done(work)
+    assert "00 rc=0" in text and "01 rc=3" in text and "07 rc=0" in text
+    assert text.index("00 rc") < text.index("01 rc") < text.index("07 rc")
+    assert (work / "logs" / "07.log").read_text().strip() == str(
+        ["--profile", "gpu-vllm", "--only", "07", "--out", str(work / "executed"), "--full", "-p", "CONCURRENCY", "[1, 32]"])
+    assert not (work / "src" / ".whl-parts").exists()  # the wheels are not copied with the checkout
+
+
+def test_a_failed_install_runs_no_notebook(tmp_path):
+    src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
+    (parts / "part1").mkdir(parents=True)
+    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00"], cwd=src, check=True, timeout=30)
+    assert "install failed" in summary_when_done(work)
+    assert not (work / "logs" / "00.log").exists()
+
+
+def test_collect_packs_notebooks_logs_and_build_without_weights(tmp_path):
+    work, dest = tmp_path / "work", tmp_path / "out"
+    for name in ("logs/summary", "executed/07_benchmark_and_monitor.ipynb", "build/results/07.json",
+                 "build/models/m/model.safetensors", "build/models/m/config.json"):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text("x")
+    subprocess.run(["bash", str(SCRIPT), "collect", str(work), str(dest)], check=True, timeout=30, capture_output=True)
+    with tarfile.open(dest / "run.tgz") as tar:
+        names = sorted(tar.getnames())
+    assert names == ["build/models/m/config.json", "build/results/07.json", "executed/07_benchmark_and_monitor.ipynb",
+                     "logs/summary"]
