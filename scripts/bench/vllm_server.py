@@ -1,22 +1,6 @@
 """vLLM's own OpenAI server (``vllm serve``), the baseline the benchmark compares Triton and Ray Serve with.
 
-    with VllmServer.from_profile("cpu") as server:      # 127.0.0.1, a free port, ready-polled
-        requests.post(f"{server.url}/v1/completions", json={"model": "tiny-llama", "prompt": "Ray", "max_tokens": 8})
-
-The engine settings are the ones Triton's ``vllm_engine`` model runs: the profile's engine config
-(``scripts.engine.config.engine_settings``, the contents of ``engine_config.json``) turned into
-``vllm serve`` flags by the same ``vllm_engine_kwargs`` that builds the engine in Triton's backend
-and in ``run.py``, and the same environment (``vllm_environment``: ``VLLM_CPU_KVCACHE_SPACE`` ...).
-Each keyword becomes the flag of the same name: vLLM derives its CLI from ``EngineArgs`` fields
-(``vllm/engine/arg_utils.py``, ``add_cli_args``: ``--max-model-len``; booleans are
-``BooleanOptionalAction``, so ``--enforce-eager`` / ``--no-enforce-eager``).
-
-The command runs through :mod:`scripts.bench.vllm_cli` (the ``vllm`` command does not start with
-``vllm-cpu`` alone; that module says why). Like every server of this project it is a
-:class:`scripts.procs.managed.ManagedServer`: a process group of its own, with the detached guard of
-:mod:`scripts.procs.process_guard` inside it, so that vLLM's engine-core process and its ``/dev/shm``
-files go when this process is killed outright; :meth:`VllmServer.stop` sends the group SIGTERM, waits,
-then SIGKILLs what is left and removes the shared memory it used.
+Why it is built this way, and the sources: docs/design/bench.md.
 """
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
 """Serve config keys that Ray 2.60 no longer takes, and the key that replaced each one.
 
-Guides written for older Ray Serve still show these keys. Two cases, and both are wrong:
-
-* Ray 2.60 **rejects** the config (``serve deploy`` fails validation with a pydantic error): ``host`` or
-  ``port`` inside an application, and the single-application format (``import_path`` at the top
-  level, no ``applications`` list).
-* Ray 2.60 **accepts** the config and drops the key without a word (its schema models ignore unknown
-  fields): the deployment then runs with a default, not the value written. ``serve deploy`` prints
-  "Sent deploy request successfully" and ``serve status`` shows RUNNING. Checked on a Ray 2.60 cluster:
-  ``max_concurrent_queries: 7`` and ``target_num_ongoing_requests_per_replica: 4`` ran with
-  ``max_ongoing_requests`` 5 and ``target_ongoing_requests`` 2.
-
-Every entry was checked against the Ray 2.60 sources installed in the venv: ``where_defined`` names the
-file and field where the current name is defined, or where the removal is stated. The history comes
-from the Ray 2.10 release notes (the renames) and ray-project/ray PRs #46392, #46427 and #45814 (the
-removals). ``tests/unit/capacity/test_capacity_renamed_keys.py`` runs each entry through Ray's own
-schema, so this table fails a test if Ray ever takes an old key again.
-
-Keys that are deprecated but still honoured (``DEPRECATED_KEYS``) only get a note and do not fail.
-No imports from the rest of the package: :mod:`~scripts.capacity.spec` reads this table too.
+Why it is built this way, and the sources: docs/design/capacity.md.
 """
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
 """Loads sent from a thread of their own (its own event loop) while a notebook or a test changes
 what serves them, each stopped with ``stop()``:
 
-* :class:`BackgroundLoad` keeps N greedy chat requests in flight (notebook 05's autoscaling burst);
-* :class:`RetryingLoad` sends them as a production client would: a request that fails with a 5xx or
-  a transport error is sent again, with a short back-off, until it succeeds or ``give_up_s`` passes;
-  a 4xx is not retried (the request is wrong, not the server). Its :class:`LoadReport` says what a
-  client *without* retries would have seen (every failed attempt) and what this one lost (requests
-  that never succeeded) (notebook 05's recovery section, ``make test-full``);
-* :class:`SteadyLoad` keeps POSTs in flight against the release router of notebook 08, without
-  client retries, and records every request (:class:`Record`): when, which color and version
-  answered, what failed; so "0 failed" means no client saw an error. :func:`summary`,
-  :func:`timeline` and :func:`split_within` turn the records into the numbers and the plot of
-  notebook 08.
-
-The chat loads send through :class:`scripts.clients.chat.ChatClient`.
+Why it is built this way, and the sources: docs/design/clients.md.
 """
 from __future__ import annotations
 

@@ -1,19 +1,6 @@
 """Engine preparation: the one engine config file later steps read, and the TensorRT-LLM build.
 
-``cpu``: vLLM needs no compile step. "Building" the engine means fixing its settings (dtype,
-``max_model_len``, ``max_num_seqs``, KV-cache space, seed) in ``engine_config.json`` inside the
-engine directory; ``run.py``, the Triton model and the Serve app all read that one file.
-
-``gpu-transformers``: transformers' continuous batching needs no compile step either; its settings
-(dtype, ``max_num_seqs``, the KV-cache budget) go into ``engine_config.json`` the same way.
-
-``gpu-trtllm``: TensorRT-LLM's ``convert_checkpoint.py`` then ``trtllm-build``. The command lines
-are built (and unit-tested) here and run only where ``tensorrt_llm`` is importable.
-
-``gpu-vllm``: the same vLLM engine config as ``cpu``, plus the GPU's share (``gpu_memory_utilization``)
-and the Triton instance kind.
-
-Command line: ``tutorial-build-engine --profile cpu``.
+Why it is built this way, and the sources: docs/design/engine.md.
 """
 from __future__ import annotations
 

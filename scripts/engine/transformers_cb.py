@@ -1,21 +1,6 @@
 """transformers' continuous batching as an engine (the ``gpu-transformers`` profile).
 
-``model.init_continuous_batching()`` returns a manager whose background thread runs a paged KV
-cache and adds requests to the running batch as they arrive, the scheduling vLLM and TensorRT-LLM's
-in-flight batcher do (transformers 5.19: generation/continuous_batching/continuous_api.py,
-``ContinuousBatchingManager``). Three callers share this module, so all three run the same engine:
-``run.py`` (the reference), ``scripts.bench.triton`` (the offline baseline) and the Triton backend
-``scripts.triton.backend.transformers_backend``.
-
-The KV-cache budget works as on the production engines. On a GPU it is a fraction of the memory
-free once the weights are loaded (``ContinuousBatchingConfig.max_memory_percent``, the counterpart
-of TensorRT-LLM's ``kv_cache_free_gpu_mem_fraction`` and vLLM's ``gpu_memory_utilization``), so two
-engines that start on one GPU each take a fraction of what the other left. On a CPU there is no
-free-memory probe: the cache gets ``kv_cache_space_gib`` (like ``VLLM_CPU_KVCACHE_SPACE``).
-
-Decoding is greedy: the manager's sampling switch (``do_sample``) and its seed are global, not per
-request, so a request that asks for sampling is refused (:func:`refuse_sampling`) instead of being
-answered greedily without a word.
+Why it is built this way, and the sources: docs/design/engine.md.
 """
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
 """A local Ray cluster with Serve, for notebooks: started on 127.0.0.1, stopped with a check.
 
-Serve's HTTP proxy binds to :func:`scripts.profiles.bind_host` (127.0.0.1 unless
-``$TUTORIAL_BIND_HOST`` says otherwise, as inside the GPU container).
-
-Notebooks 05 and 06 each start a cluster of their own (``ray.init(address="local")``: never one
-that happens to be running on the machine), with Serve's HTTP proxy on a free port of 127.0.0.1.
-:meth:`LocalCluster.stop` shuts Serve and Ray down and returns the Ray processes still alive
-afterwards, so a notebook's teardown can assert that nothing is left::
-
-    cluster = LocalCluster(num_cpus=2).start()
-    ...  # serve.run(...), requests to cluster.base_url
-    assert not cluster.stop()
-
-It is also a context manager for scripts (``with LocalCluster(num_cpus=2) as cluster: ...``).
-
-Nothing of Ray reaches the notebook's output while the cluster runs: ``log_to_driver=False`` keeps the
-workers' stdout and stderr in their log files, and the messages Ray pushes to the driver (the yellow
-``(raylet) Task ServeController.graceful_shutdown failed ... killed by `ray.kill``` lines that
-``serve.shutdown`` provokes, a worker that died, ...) go to :data:`DRIVER_MESSAGES_LOG` in the
-session's log folder (``/tmp/ray/session_latest/logs/``) instead (:func:`driver_messages_to_file`).
+Why it is built this way, and the sources: docs/design/lab.md.
 """
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """What a Serve replica sees of the GPUs, and GPU memory claimed the way an engine claims it.
 
-Used by notebook 06's real-GPU part. :class:`GpuProbe` is a deployment whose replicas report where
-they run and what CUDA shows them (:func:`visibility`), and, when asked, hold GPU memory sized like an
-LLM engine's (:func:`claim_engine_memory`), so that two replicas on one GPU collide in
-``cudaMalloc`` exactly as two engines do. Defined in the package so that Ray imports it in each
-replica by name.
-
-How engines size their memory (the two policies :func:`claim_engine_memory` follows):
-
-* ``of_free``: TensorRT-LLM (``kv_cache_free_gpu_mem_fraction``, tensorrtllm_backend v0.17.0
-  ``inflight_batcher_llm/src/model_instance_state.cc``) and transformers' continuous batching
-  (``max_memory_percent``, transformers 5.19 ``generation/continuous_batching/cache.py``
-  ``get_available_memory``) load the engine (weights and runtime buffers) first, then give the KV
-  cache that fraction of the memory free *at that moment*, whoever else holds the rest.
-* ``of_total``: vLLM's ``gpu_memory_utilization`` is a share of the whole GPU that the instance
-  reserves for itself, however much of the GPU others already hold.
+Why it is built this way, and the sources: docs/design/lab.md.
 """
 from __future__ import annotations
 

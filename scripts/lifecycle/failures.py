@@ -1,21 +1,6 @@
 """The model-load failures readers meet the week after launch, reproduced on copies of a good model.
 
-Each case copies a model folder that loads (``versions.fill_versioned_model``) under a new name and
-breaks one thing; notebook 08 loads it into the running server, shows Triton's own message, runs
-the linter (``scripts.triton.repository.lint``) over the broken copy, and applies the fix:
-
-=============== ================================================ ===========================
-case            what is broken                                   caught before load by
-=============== ================================================ ===========================
-syntax          ``config.pbtxt`` with a bracket left open        lint rule ``parse``
-missing-file    a version folder without its ``model.json``      lint rule ``model-json-missing``
-batch-size      ``max_batch_size: 8`` for a backend that batches  lint rule ``batch-size``
-                itself (the vllm text-in model loads only with 0)
-permissions     the model folder readable by root only, served   nothing: the linter runs as
-                by an unprivileged user (``setpriv``)            root, which reads everything
-half-copied     a version folder that appears before its files,  lint, if run before the copy
-                to a server polling the repository               ends; explicit control avoids it
-=============== ================================================ ===========================
+Why it is built this way, and the sources: docs/design/lifecycle.md.
 """
 from __future__ import annotations
 

@@ -1,24 +1,6 @@
 """Blue-green and canary releases through Ray Serve, in front of one shared Triton (notebook 08).
 
-Two facts of Ray Serve (2.x, ``doc/source/serve/production-guide/config.md``, "In-place updates")
-shape the design:
-
-* a new version of one deployment (code, resources, or a ``user_config`` the code cannot apply) is
-  a rolling replacement of its replicas, old and new serving side by side for a while: not
-  blue-green, which keeps two whole versions and moves the traffic in one step, with a way back;
-* a change of ``user_config`` alone is a lightweight update: Serve calls ``reconfigure`` on the
-  running replicas and restarts none, but only for a config applied declaratively (``serve deploy``,
-  KubeRay): ``serve.run`` replaces every replica each time (:meth:`Release.apply`).
-
-Serve has no percentage split (model multiplexing routes by a model id the request carries). So:
-two backend deployments, ``lm-blue`` and ``lm-green`` (:class:`TritonVersion`), each pinned by its
-``user_config`` to one version of Triton's model, behind a :class:`Router` ingress whose traffic
-weights live in its ``user_config``. Moving traffic is :meth:`Release.apply`: a Serve config with
-new ``user_config`` values. The router also keeps a circuit breaker: a request that fails on one
-color, or gets no answer within ``request_timeout_s``, is sent once to the other, and after
-``breaker_errors`` such failures in a row a color gets nothing until the next configuration (an
-automatic rollback of a canary that fails). The timeout matters when a color has no live replica:
-Serve then queues its calls until one comes back, and without a deadline the client waits with them.
+Why it is built this way, and the sources: docs/design/lifecycle.md.
 """
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
 """One Triton model with two versions, loaded and unloaded live (notebook 08).
 
-The model ``lm`` is the profile's text-in model (``standalone_model``: on ``cpu`` the ``vllm``
-backend, used the way Triton's official vLLM backend is) with two version folders, each with its
-own ``model.json`` naming a different checkpoint: version 1 is the profile's tiny Llama (notebook
-00), version 2 a second tiny Llama trained here with another seed and fewer steps, so the two
-answer some prompts differently and a reader can tell from the text which version replied.
-
-Triton facts used here (server r24.10, the 2.51.0 of the ``cpu`` profile: ``docs/user_guide/
-model_management.md``, "Model Control Mode EXPLICIT", and ``model_configuration.md``, "Version Policy"):
-
-* with ``--model-control-mode=explicit`` nothing loads until ``POST /v2/repository/models/<m>/load``;
-  the load may carry a whole model config as JSON (``{"parameters": {"config": "..."}}``), which
-  replaces ``config.pbtxt`` for that load: the way to change a version policy without editing files;
-* ``version_policy`` is ``latest { num_versions: N }`` (the default, N = 1), ``all { }`` or
-  ``specific { versions: [...] }``; a request that names no version goes to the highest-numbered
-  version that is ready;
-* a request for a version that is not loaded fails with a 4xx naming the model and version.
+Why it is built this way, and the sources: docs/design/lifecycle.md.
 """
 from __future__ import annotations
 

@@ -1,20 +1,6 @@
 """A checkpoint's tokenizer, loaded without importing torch where transformers allows it.
 
-``transformers.AutoTokenizer`` imports torch on its way in (``tokenization_auto`` ->
-``configuration_utils`` -> ``generation`` -> ``torch``; ``python -X importtime -c "from
-transformers import AutoTokenizer"`` shows it): about 3 s of a core, although a tokenizer uses none of
-it. Triton's preprocessing and postprocessing models are tokenizers and nothing else, and every
-start of the ensemble loads both, so on two cores a start waited about 3 s for them.
-
-A checkpoint whose ``tokenizer_config.json`` names ``TokenizersBackend``, with no ``auto_map`` (custom
-code), is what transformers 5 saves for a ``tokenizer.json`` of its own, as the tiny and the larger
-Llama of this tutorial are. For such a Llama ``AutoTokenizer`` returns that same class
-(transformers 5.19, ``AutoTokenizer.from_pretrained``: the class the tokenizer config names is
-trusted unless the model type is one it knows to be named wrongly, and ``llama`` is not one), and
-this module loads it straight from ``transformers.TokenizersBackend``, which imports no torch. Every
-other checkpoint (a Hugging Face Llama naming ``PreTrainedTokenizerFast``, custom code, another
-model type) goes through ``AutoTokenizer``. ``tests/unit/model/test_tokenizer.py`` checks both
-choices against ``AutoTokenizer``.
+Why it is built this way, and the sources: docs/design/model.md.
 """
 from __future__ import annotations
 

@@ -1,38 +1,6 @@
 """A real Prometheus server for the benchmark: scrape config, start/stop by handle, PromQL over HTTP.
 
-::
-
-    cluster = LocalCluster(num_cpus=2, include_dashboard=True, serve_env=RAY_METRICS_ENV).start()
-    ...                                             # serve.run(...); info = handle.triton_info.remote().result()
-    config = render_config(triton_targets([info]), ray_sd_file=ray_service_discovery_file())
-    with PrometheusServer(config) as prom:        # 127.0.0.1, free port, ready-polled
-        prom.wait_for_targets(["triton", "ray"])    # the first scrape comes ~5 s after the start
-        ...                                         # the benchmark
-        prom.query('sum by (model) (rate(nv_inference_count[15s]))')
-        prom.query_range('nv_inference_pending_request_count', start, end, step=1)
-
-The binary is Debian's ``prometheus`` package (2.42 on Debian 12), which carries ``promtool`` too;
-env/setup_env.sh installs it when it runs as root (:data:`INSTALL_COMMAND`).
-
-What gets scraped:
-
-* **Triton**: each server's metrics endpoint (``--metrics-port``, path ``/metrics``), one target per
-  Serve replica with a ``replica`` label (:func:`triton_targets` reads the replicas' ``triton_info()``).
-* **Ray**: every node's metrics agent listens on the node's metrics export port
-  (``ray.init(_metrics_export_port=...)``; a free port when not given). ``ray.nodes()`` reports it as
-  ``MetricsExportPort`` beside ``NodeManagerAddress`` (:func:`ray_metrics_targets`). Ray's own
-  service-discovery file lists the same addresses plus the dashboard's and the autoscaler's, but only
-  the dashboard writes it: ``PrometheusServiceDiscoveryWriter`` (ray/_private/metrics_agent.py) runs in
-  the dashboard's ``ReportHead`` (ray/dashboard/modules/reporter/reporter_head.py) and writes
-  ``<session dir>/prom_metrics_service_discovery.json`` (``PROMETHEUS_SERVICE_DISCOVERY_FILE`` in
-  ray/_private/ray_constants.py), every 5 s, with a symlink at ``/tmp/ray/`` that the last session
-  started on the machine owns (:func:`ray_service_discovery_file` gives this session's).
-  Serve's metrics (ray/serve/_private/replica.py, deployment_state.py, request_ingress_metrics.py)
-  appear there with Ray's ``ray_`` prefix: ``ray_serve_replica_processing_queries``, ... after Ray's
-  next export (:data:`RAY_METRICS_ENV` makes that every second). Ray, not this module, picks the
-  agents' addresses: ``ray.init`` turns ``127.0.0.1`` into the host's address
-  (ray/_private/services.py: ``resolve_ip_for_localhost``) and the agent then listens on every
-  interface (ray/dashboard/modules/reporter/reporter_agent.py); Prometheus itself binds 127.0.0.1.
+Why it is built this way, and the sources: docs/design/monitor.md.
 """
 from __future__ import annotations
 

@@ -1,33 +1,6 @@
 """One managed server process: started, polled until ready, stopped by its own handle.
 
-Every server this project starts (``tritonserver``, ``vllm serve``, Prometheus) goes through the same
-cycle, which :class:`ManagedServer` owns:
-
-* **start**: the command runs in a process group of its own, bound to 127.0.0.1 on a free port (the
-  subclass's command line says so), its output to a log file, with the detached guard of
-  :mod:`scripts.procs.process_guard` inside the group: when this process dies without stopping the
-  server, even by SIGKILL, the guard stops the group and removes the ``/dev/shm`` files it used.
-  An interpreter that exits before its teardown stops the server too (``atexit``);
-* **wait until ready**: the readiness URL is polled until it answers 200; a server that exits first,
-  or is not ready in time, is stopped and the start raises the subclass's error, with the log's tail;
-* **stop**: SIGTERM to the group, a wait, SIGKILL to what is left (the guard included), the group's
-  ``/dev/shm`` files removed; an error names any process that survived;
-* a **context manager**: ``with Server(...) as server:`` starts it (unless running) and stops it.
-
-A subclass gives what differs: :meth:`argv`, :attr:`ready_url`, its name and error class, and
-optionally the environment, working directory, log tail, what to check while it starts
-(:meth:`check_starting`) and what to do before the SIGTERM (:meth:`before_stop`)::
-
-    class EchoServer(ManagedServer):
-        name = "echo"
-        def __init__(self):
-            super().__init__(Path("echo.log"))
-            self.port = free_port()
-        def argv(self):
-            return [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(self.port)]
-        @property
-        def ready_url(self):
-            return f"http://127.0.0.1:{self.port}/"
+Why it is built this way, and the sources: docs/design/procs.md.
 """
 from __future__ import annotations
 

@@ -1,25 +1,6 @@
 """Stop a server's process group when the process that owns it dies without stopping it.
 
-The Triton launcher starts ``tritonserver`` in a process group of its own, so that stopping it
-reaches the Python-backend stubs and the vLLM engine processes they spawn. Its owner stops that
-group on ``stop()`` and at interpreter exit. An owner that is killed outright (a Serve replica
-whose worker Ray kills, a notebook kernel killed with SIGKILL) runs neither, and the engine
-processes live on as orphans holding gigabytes of memory, and the shared memory they made stays
-in ``/dev/shm`` until the machine reboots: Triton's Python-backend regions (the ``--shm-prefix``),
-vLLM's ``psm_*`` buffers and multiprocessing's ``sem.mp-*`` semaphores (hundreds of MB a server).
-
-This guard, started by the launcher inside the server's group, is not the owner's child: it
-detaches (``--detach``: it forks and its first process exits), because an owner's children die
-with it. A Ray worker that exits kills its own child processes (tritonserver, and a guard started
-as a child, with it); the stubs then exit, but the vLLM engine processes they spawned do not. The
-guard watches the owner's PID (not ``PR_SET_PDEATHSIG``, which fires when the *thread* that started
-the child exits, and in a Serve replica that thread is not the replica). While the group runs it
-notes every ``/dev/shm`` file its processes map or hold open. When the owner is gone it sends the
-group SIGTERM, waits ``--grace`` seconds (nobody is left to read an answer, so briefly), kills
-what is left, and removes the noted files that no other process uses. When the group is stopped
-normally, the guard gets the same SIGTERM and exits.
-
-    python -m scripts.procs.process_guard --owner PID --group PGID [--grace 2] [--shm-prefix P] [--detach]
+Why it is built this way, and the sources: docs/design/procs.md.
 """
 from __future__ import annotations
 

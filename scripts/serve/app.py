@@ -1,20 +1,6 @@
 """The Ray Serve application: an OpenAI-compatible front door with one Triton per replica.
 
-Routes (FastAPI ingress): ``GET /generate?query=...&max_tokens=...``, ``POST /v1/chat/completions``
-(plain or ``stream: true`` Server-Sent Events ending in ``data: [DONE]``), ``POST /v1/completions``,
-``GET /v1/models`` and ``GET /health``. Each replica starts its own Triton on the filled model
-repository (:mod:`scripts.triton.client`) and reports healthy to Serve only while Triton's
-``ensemble`` model is ready.
-
-This module is the Serve layer only: the replica class and its hooks, the routes, the
-application builder. What a request does is :class:`scripts.serve.service.LLMService`'s work;
-the deployment options and the YAML are :mod:`scripts.serve.config`'s.
-
-Run it::
-
-    serve run scripts.serve.app:app                               # development, profile cpu
-    serve run scripts.serve.app:app_builder profile=cpu mode=managed
-    ray start --head && serve deploy env/serve/cpu.yaml           # a running cluster
+Why it is built this way, and the sources: docs/design/serve.md.
 """
 from __future__ import annotations
 

@@ -1,22 +1,6 @@
 """What the Serve application does with a request, over a Triton that is already running.
 
-:class:`LLMService` holds the request logic of the routes in :mod:`scripts.serve.app`, with no
-Ray and no Serve in it: it validates a request (:mod:`scripts.serve.openai_api`), counts the
-prompt's tokens as Triton's preprocessing model does, checks ``max_tokens`` against the model's
-length, sends the ensemble's tensors (:mod:`scripts.triton.sampling`) to the backend
-(:mod:`scripts.triton.client`) and turns the chunks that come back into an OpenAI response: whole,
-or as Server-Sent Events with the stop sequences cut across chunks, the token ids decoded
-incrementally, the finish reason and the usage.
-A failure of Triton becomes an OpenAI error: a 500 before the stream starts, an error event in it.
-
-It is built from a started backend (anything with :class:`scripts.triton.client.TritonLLM`'s
-methods), the filled repository's facts, the tokenizer they name and the profile's settings.
-Given ``engine`` (:class:`scripts.triton.engine_request.EngineInputs`), it calls the decoupled
-engine model itself instead of the ensemble: the prompt it tokenizes to count its tokens is sent
-as ``input_ids``, and the ids that come back are decoded here. That skips the ensemble's
-preprocessing and postprocessing models (two Python-backend stubs, each a process hop per
-request) and a second tokenization; the engine model's inputs are TensorRT-LLM's, so the same
-code calls ``tensorrt_llm`` on the GPU profile.
+Why it is built this way, and the sources: docs/design/serve.md.
 """
 from __future__ import annotations
 

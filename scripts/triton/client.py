@@ -1,28 +1,6 @@
 """One Triton per Serve replica, behind one small interface (:class:`TritonLLM`).
 
-Two ways to own Triton, chosen by :func:`make_backend`:
-
-* **in-process** (:class:`InProcessTriton`): the ``tritonserver`` Python API embeds the server
-  in the replica's own process (``tritonserver.Server(...)``, ``server.model("ensemble")``).
-  The module ships inside the NGC Triton containers only (PyPI has a placeholder), so ``auto``
-  picks it where it imports (:func:`resolve_mode`). It has no PID, ports or shared-memory prefix of its
-  own: what needs them asks :func:`own_process_mode` first.
-* **managed process** (:class:`ManagedTriton`): the replica starts ``tritonserver`` with the
-  launcher of notebook 04 (:class:`scripts.triton.server.TritonServer`: free ports on
-  127.0.0.1, its own shared-memory prefix, stopped by its process group) and talks to it with
-  ``tritonclient``'s asyncio gRPC client. Every request goes through ``stream_infer``: a
-  decoupled ensemble (``decoupled_mode: true``) answers token by token there, a plain one with a
-  single response, and ``infer`` would refuse the decoupled one.
-
-A third, **attached** (:class:`AttachedTriton`), calls a Triton that runs already and is shared by
-several replicas (the second topology notebook 07 measures).
-
-All take the ensemble's tensors from :func:`scripts.triton.sampling.ensemble_inputs` (or, where the
-Serve application targets the engine model itself, token ids from
-:func:`scripts.triton.sampling.engine_inputs`)
-and yield :class:`Chunk` s: the text of one response, how many tokens it carries
-(``sequence_length``) and, where the model returns them, their ids (``output_ids``), which a
-streaming client decodes incrementally (:class:`scripts.serve.streaming.IncrementalDetokenizer`).
+Why it is built this way, and the sources: docs/design/triton.md.
 """
 from __future__ import annotations
 

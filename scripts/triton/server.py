@@ -1,18 +1,6 @@
 """Start, check and stop a real ``tritonserver`` (the ``launch_triton_server`` of this tutorial).
 
-Library::
-
-    with TritonServer(repo) as server:          # free ports on 127.0.0.1, ready-polled
-        requests.post(f"{server.http_url}/v2/models/ensemble/generate", json=...)
-
-Command line (runs until Ctrl-C, then stops the server and everything it started)::
-
-    python -m scripts.triton.server --model_repo build/triton_repo/cpu
-
-The ``cpu`` profile runs the binary shipped in the nvidia-pytriton wheel with a backend directory
-assembled under the build directory: the Python backend, the stub built for this interpreter,
-and this repository's Python-based backends (``vllm``, ``transformers``). ``gpu-trtllm`` runs the NGC container's
-``/opt/tritonserver`` (with ``mpirun`` only when ``--world_size`` > 1, as TensorRT-LLM needs).
+Why it is built this way, and the sources: docs/design/triton.md.
 """
 from __future__ import annotations
 

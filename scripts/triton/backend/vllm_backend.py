@@ -1,18 +1,6 @@
 """A Python-based Triton backend that serves vLLM with continuous batching (``cpu``, ``gpu-vllm``).
 
-Triton loads it as ``backends/vllm/model.py`` for every model whose config says
-``backend: "vllm"`` (the launcher puts it there). Two kinds of model use it:
-
-* ``vllm_engine``, the ensemble's engine step: TensorRT-LLM's engine tensors (``input_ids``,
-  ``request_output_len``, ``end_id``, ``stop_words_list`` ... -> ``output_ids``,
-  ``sequence_length``); engine settings from the ``engine_dir`` parameter's ``engine_config.json``.
-* ``vllm_model``, standalone like Triton's official vLLM backend: ``text_input`` ->
-  ``text_output``, ``sampling_parameters`` as JSON, engine arguments in ``<version>/model.json``.
-
-One vLLM ``AsyncLLM`` per model instance runs on an asyncio loop in its own thread. ``execute``
-hands each request to that loop and returns at once; responses go back through the request's
-response sender (one per token chunk when decoupled and streaming, else one), so requests that
-arrive while others are generating join the running batch. Cancelled requests are aborted.
+Why it is built this way, and the sources: docs/design/triton.md.
 """
 from __future__ import annotations
 
