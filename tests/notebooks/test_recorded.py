@@ -55,27 +55,6 @@ def recorded(notebook):
     return r, load_profile(r["profile"])
 
 
-def test_04_triton_reproduced_the_reference_and_served_the_burst():
-    r, profile = recorded("04_launch_triton_server")
-    assert r["greedy_text_equal"] and r["engine_ids_equal"]
-    triton = r["bench"]["triton"]
-    assert triton["succeeded"] == triton["requests"] == r["bench_requests"] and triton["tok_per_s"] > 0
-    if profile["offline_baseline"]:
-        assert r["bench"]["offline"]["tok_per_s"] > 0 and r["bench"]["ratio"] > 0
-
-
-def test_05_serve_reproduced_the_reference_scaled_and_served_the_benchmark():
-    r, profile = recorded("05_serve_with_ray")
-    assert r["greedy_text_equal"]
-    assert set(r["bad_status"].values()) <= {400, 404} and len(r["bad_status"]) == r["bad_requests"]
-    assert r["burst"]["error_count"] == 0 and r["burst"]["succeeded"] > 0
-    assert r["upscale_s"] > 0 and r["downscale_s"] > 0
-    bench = r["bench"]
-    assert r["mode"] == "managed process"  # the notebook refuses a Triton without a process of its own
-    assert bench["serve"]["succeeded"] == bench["serve"]["requests"] == r["bench_requests"]
-    assert not bench["serve"]["errors"] and (bench["all_same_text"] or not profile["batch_invariant"])
-
-
 def test_06_conflicts_reproduced_and_fixed():
     r, _ = recorded("06_troubleshoot_gpu_resources")
     gpus = r["gpus"]
