@@ -55,56 +55,6 @@ def recorded(notebook):
     return r, load_profile(r["profile"])
 
 
-def test_06_conflicts_reproduced_and_fixed():
-    r, _ = recorded("06_troubleshoot_gpu_resources")
-    gpus = r["gpus"]
-    assert gpus >= 1
-    assert r["findings"] == {"1": ["unschedulable_replica"], "2": ["max_replicas"], "3": ["min_replicas"],
-                             "4": ["missing_resource"]}
-    pending = r["pending"]
-    assert set(pending) == {"1_pending", "2_pending", "3_pending", "4_pending"}
-    assert pending["2_pending"].get("RUNNING") == gpus and pending["2_pending"].get("STARTING") == 1
-    for key in ("1_pending", "3_pending", "4_pending"):
-        assert pending[key] == {"STARTING": 1}
-    for message in r["serve_messages"].values():
-        assert "to be scheduled" in message and "Resources required for each replica" in message
-    running = r["running"]
-    assert running["2_fixed"] == running["3_holder"] == running["3_fixed_holder"] == gpus
-    assert running["1_fixed"] == running["1_placement_group"] == running["4_fixed"] == 1
-    assert running["override_too_big"] == running["override_picky"] == 1
-    assert r["instance_count_loads"] == (r["instance_count"] <= r["max_safe_instance_count"])
-    assert r["max_safe_instance_count_shared"] <= r["max_safe_instance_count"]
-    # num_gpus: 0 sees the node's GPUs (no CUDA_VISIBLE_DEVICES); num_gpus: 1 gets its GPU; the override hides them
-    no_gpu = r["no_gpu_replica"]
-    assert no_gpu["cuda_visible_devices"] is None and no_gpu["hidden"] == "" and no_gpu["accounted"]
-    # two nodes: the replica without num_gpus on the GPU-less node saw no GPU; with num_gpus only the head ran it
-    assert set(r["two_nodes"]) == {"head", "cpu-node"} and r["two_nodes"]["cpu-node"]["cuda_visible_devices"] == ""
-    assert r["two_nodes_fixed"] == ["head"]
-    assert r["renamed_keys"] == ["max_concurrent_queries", "target_num_ongoing_requests_per_replica"]
-    real = r["real_gpu"]
-    assert (real is None) == bool(load_profile(r["profile"])["logical_gpus"])
-    if real is not None:
-        assert no_gpu["cuda_available"] and no_gpu["held_bytes"] > 0
-        assert r["two_nodes"]["head"]["triton"].startswith("Triton ready")
-        assert r["two_nodes"]["cpu-node"]["triton"].startswith("Triton did not load")
-    if real is not None and "skipped_sections" in real:  # an engine that reserves a share of the total (vLLM)
-        assert load_profile(r["profile"]).engine not in FRACTION_OF_FREE_ENGINES and real["skipped_sections"]
-    elif real is not None:
-        # two engines on one GPU: the second failed in CUDA exactly when the estimate said so; sized to their
-        # share both ran, each holding its engine and a KV cache
-        assert real["latecomer_status"] == ("RUNNING" if real["shared_predicted_fits"] else "DEPLOY_FAILED")
-        assert real["shared_predicted_fits"] or "OutOfMemoryError" in real["latecomer_error"]
-        assert all(b > real["shared_engine_bytes"] for b in real["shared_held_bytes"].values())
-        # instance_group: "may fail" is either outcome; the safe fraction loaded every instance, each holding more
-        # than its engine, all within the GPU
-        assert real["instances_verdict"] == "may fail" or real["instances_loaded"] == (real["instances_verdict"] == "loads")
-        if real["instances_fixed_fraction"] is not None:
-            processes = engine_backend(load_profile(r["profile"]).engine).gpu_processes(real["instance_count"])
-            assert real["instances_fixed_loaded"] and len(real["instance_bytes"]) == processes
-            assert all(b > real["instance_engine_bytes"] for b in real["instance_bytes"])
-            assert sum(real["instance_bytes"]) <= real["gpu_free_bytes"]
-
-
 def test_07_every_target_measured_at_every_concurrency():
     r, _ = recorded("07_benchmark_and_monitor")
     saved = json.loads(results.local_path(r, r["results_json"]).read_text())
