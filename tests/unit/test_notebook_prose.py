@@ -97,3 +97,20 @@ def test_the_check_finds_figures_and_leaves_code_alone():
     assert figures("The ratio moves (between about 0.3 and 0.8 in our runs). Serve at 0.48 of it.") == [
         "about 0.3", "0.8"]
     assert figures("`max_queue_delay_microseconds: 10000` and\n```\nsleep 5 s\n```\nnotebook 05, ray 2.60, Llama-3.2-1B") == []
+
+
+#: The most markdown words (whitespace-separated tokens over the markdown cells' source) a notebook may
+#: carry (issue 32): the main path stays in the notebook, deep dives live in docs/ pages it links.
+MARKDOWN_WORD_BUDGET = 1_300
+
+
+def markdown_words(path) -> int:
+    cells = json.loads(path.read_text())["cells"]
+    return sum(len("".join(cell["source"]).split()) for cell in cells if cell["cell_type"] == "markdown")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_markdown_stays_within_the_reading_budget(path):
+    words = markdown_words(path)
+    assert words <= MARKDOWN_WORD_BUDGET, (f"{path.name}: {words} markdown words, over the budget of "
+                                           f"{MARKDOWN_WORD_BUDGET}; move a deep dive to a docs/ page and link it")
