@@ -308,6 +308,8 @@ def test_notebook_renders_in_jupyterlab(notebook, lab, browser, screenshot_dir):
     shot = screenshot_dir / f"{notebook.stem}.png"
     problems = open_in_lab(browser, base, token, notebook, expected_from_notebook(json.loads(notebook.read_text())), shot)
     TIMINGS[notebook.stem] = round(time.monotonic() - started, 2)
+    if problems:  # kept beside the screenshot: a CI artefact says what failed without the log
+        shot.with_suffix(".problems.txt").write_text("\n".join(problems) + "\n")
     assert not problems, f"{notebook.name}:\n" + "\n".join(problems)
     assert shot.stat().st_size > MIN_SCREENSHOT_BYTES, f"{shot} is {shot.stat().st_size} bytes: a blank page?"
 
