@@ -11,7 +11,7 @@ export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
 
-.PHONY: env run bench test test-full test-unit test-notebooks test-contract notebooks-inplace clean
+.PHONY: env run bench test test-full test-unit test-notebooks test-contract test-render notebooks-inplace clean
 
 env:
 	@bash env/setup_env.sh
@@ -47,10 +47,28 @@ test-notebooks: env
 test-contract: env
 	$(PY) -m scripts.lab.contract gpu-trtllm
 
-# Everything `make test` runs, then the long runs: notebook 06 again with other parameters, the
-# gpu-trtllm contract, and the Serve application under failure and load (tests/full;
-# TUTORIAL_SOAK_REQUESTS sets the soak).
-test-full: test test-contract
+# Every committed notebook opened in JupyterLab in headless Chromium (tests/render, Playwright): a
+# render error, a traceback the file does not have, a console error or a missing plot fails;
+# screenshots go to build/screenshots/. The browser is Debian's chromium, installed here when missing
+# (root, like env/setup_env.sh installs prometheus); Playwright never downloads one.
+CHROMIUM_INSTALL := apt-get install -y --no-install-recommends chromium
+test-render: env
+	@if ! command -v chromium >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "test-render: Debian's chromium is not installed; as root run: apt-get update && $(CHROMIUM_INSTALL)"; \
+	    exit 1; \
+	  fi; \
+	  echo "test-render: installing Debian's chromium with apt-get"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(CHROMIUM_INSTALL) >/dev/null 2>&1 || { apt-get update -qq && $(CHROMIUM_INSTALL) >/dev/null; } || \
+	    { echo "test-render: installing chromium failed"; exit 1; }; \
+	fi
+	$(PY) -m pytest -q tests/render
+
+# Everything `make test` runs, then the long runs: the gpu-trtllm contract, the notebooks rendered in
+# JupyterLab, notebook 06 again with other parameters, and the Serve application under failure and
+# load (tests/full; TUTORIAL_SOAK_REQUESTS sets the soak).
+test-full: test test-contract test-render
 	$(PY) -m pytest -q tests/notebooks/test_parameters.py
 	$(PY) -m pytest -q -s tests/full
 
