@@ -1,4 +1,8 @@
-"""A local Ray cluster with Serve, for notebooks: started on 127.0.0.1, stopped with a check.
+"""A local Ray cluster with Serve, for notebooks: started on 127.0.0.1, stopped with a check::
+
+    cluster = LocalCluster(num_cpus=2).start()
+    ...  # serve.run(...), requests to cluster.base_url
+    assert not cluster.stop()
 
 Why it is built this way, and the sources: docs/design/lab.md.
 """
