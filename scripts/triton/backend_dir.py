@@ -7,6 +7,7 @@ backends (``scripts/triton/backend/python_based``). The NGC container's server h
 """
 from __future__ import annotations
 
+import filecmp
 import os
 import shutil
 from pathlib import Path
@@ -33,7 +34,11 @@ def prepare_backend_dir(dest: Path | None = None) -> Path:
 
 def install_file(src: Path, dst: Path) -> None:
     """Copy beside the target, then rename over it: a running server's stub ("text file busy")
-    keeps its old inode, and a second server (a Serve replica, say) gets a complete file."""
+    keeps its old inode, and a second server (a Serve replica, say) gets a complete file. A target
+    equal to the source stays: replaced, it would leave every running stub's executable
+    "(deleted)" for the next server that starts (two notebooks at once)."""
+    if dst.is_file() and filecmp.cmp(src, dst, shallow=True):
+        return
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     shutil.copy2(src, tmp)
     os.replace(tmp, dst)

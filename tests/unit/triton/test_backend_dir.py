@@ -1,5 +1,6 @@
 """scripts.triton.backend_dir: the backend directory the wheel's tritonserver runs with."""
 import subprocess
+from pathlib import Path
 
 from scripts.triton.backend_dir import prepare_backend_dir
 
@@ -18,6 +19,8 @@ def test_backend_dir_can_be_prepared_while_a_stub_runs(tmp_path):
     try:
         prepare_backend_dir(tmp_path / "backends")  # no "Text file busy"
         assert stub.is_file()
+        # unchanged, the stub stays: the running one's executable is not "(deleted)"
+        assert Path(f"/proc/{running.pid}/exe").resolve() == stub.resolve()
     finally:
         running.kill()
         running.wait()
