@@ -8,13 +8,14 @@ Why it is built this way, and the sources: docs/design/lab.md.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from scripts.lab import quiet_widget_notices
 from scripts.profiles import bind_host
@@ -82,6 +83,31 @@ def driver_messages_to_terminal() -> None:
         worker_module.print_to_stdstream = worker_module.print_to_stdstream.original
 
 
+def start_node_retrying(init: Callable[[], Any], shutdown: Callable[[], None], attempts: int = 2) -> Any:
+    """``init()`` (``ray.init``), again when the node timed out during startup.
+
+    On a busy machine (two notebooks at once, two cores) the node's dashboard agent, a Python process,
+    can take longer to start than the raylet waits for it (about 15 s, ray 2.60: the raylet's log says
+    "Timed out waiting for file .../metrics_agent_port_..."); ``ray.init`` then raises "The current
+    node timed out during startup". The processes that attempt started are ended before the next."""
+    import psutil  # noqa: PLC0415 - Ray's own dependency
+
+    for attempt in range(1, attempts + 1):
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        try:
+            return init()
+        except Exception as exc:
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            shutdown()
+            started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+            for proc in started:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
+            psutil.wait_procs(started, timeout=10)
+    raise AssertionError("unreachable")
+
+
 def ray_process_ids() -> list[int]:
     """PIDs of the processes this driver's ``ray.init`` started (GCS, raylet, ...)."""
     import ray  # noqa: PLC0415
@@ -139,10 +165,11 @@ class LocalCluster:
         os.environ.update(env)
         try:
             dashboard = {"dashboard_host": "127.0.0.1", "dashboard_port": free_port()} if self.include_dashboard else {}
-            context = ray.init(address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
-                               include_dashboard=self.include_dashboard, _node_ip_address="127.0.0.1",
-                               logging_level=logging.ERROR, log_to_driver=False, configure_logging=True,
-                               _metrics_export_port=self.metrics_export_port, **dashboard)
+            context = start_node_retrying(lambda: ray.init(
+                address="local", num_cpus=self.num_cpus, num_gpus=self.num_gpus,
+                include_dashboard=self.include_dashboard, _node_ip_address="127.0.0.1",
+                logging_level=logging.ERROR, log_to_driver=False, configure_logging=True,
+                _metrics_export_port=self.metrics_export_port, **dashboard), ray.shutdown)
             self.messages_log = driver_messages_to_file()
             self.pids = ray_process_ids()
             self.dashboard_url = f"http://{context.dashboard_url}" if self.include_dashboard and context.dashboard_url else None

@@ -86,3 +86,37 @@ def test_local_cluster_with_dashboard_and_metrics_port_on_loopback():
         assert "ray_" in metrics
         assert ray_service_discovery_file().parent == Path(ray._private.worker._global_node.get_session_dir_path())
     assert not [p for p in cluster.pids if is_running(p)]
+
+
+def test_a_node_that_timed_out_during_startup_is_started_again_and_its_processes_end():
+    import subprocess
+    import sys
+
+    from scripts.lab.cluster import start_node_retrying
+
+    started, shutdowns = [], []
+
+    def init():
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+        if len(started) == 1:
+            raise Exception("The current node timed out during startup. This could happen because ...")
+        return "context"
+
+    assert start_node_retrying(init, lambda: shutdowns.append(1)) == "context"
+    assert started[0].wait(timeout=10) is not None and started[1].poll() is None and shutdowns == [1]
+    started[1].kill()
+    started[1].wait()
+
+
+def test_other_start_failures_are_raised_at_once():
+    from scripts.lab.cluster import start_node_retrying
+
+    calls = []
+
+    def init():
+        calls.append(1)
+        raise RuntimeError("Ray is already initialised")
+
+    with pytest.raises(RuntimeError, match="already initialised"):
+        start_node_retrying(init, lambda: None)
+    assert calls == [1]
