@@ -27,19 +27,22 @@ bench: env
 # sanitising; notebooks 05, 07 and 08 at their SMOKE setting), then the values the notebooks' check cells recorded.
 test: env test-unit test-notebooks
 
-# Two workers (pytest-xdist): most unit-test time is real servers starting, mostly one process
-# importing at a time, so two side by side take little longer than one. --dist loadscope keeps a
+# Four workers (pytest-xdist): most unit-test time is real servers starting and waiting, so on two cores
+# four side by side take less than two (measured: 159 s against 175 s). --dist loadscope keeps a
 # module's tests on one worker, so a module's server fixture starts once. UNIT_WORKERS=0: one process.
 # The OpenAPI fuzzer runs after, in a process of its own: under pytest 9 schemathesis gives the
 # tests it makes for each route one node id, and xdist would run only one of them.
-UNIT_WORKERS ?= 2
+UNIT_WORKERS ?= 4
 FUZZ := tests/unit/serve/test_openapi.py
 test-unit: env
 	$(PY) -m pytest -q -n $(UNIT_WORKERS) --dist loadscope tests/unit --ignore=$(FUZZ)
 	$(PY) -m pytest -q -p no:xdist $(FUZZ)
 
+# nbval in stages: 00-03 one after the other, then 04-08 in two lanes side by side (scripts/lab/nbval_lanes.py
+# says why that is safe); NBVAL_LANES=1: every notebook one after the other.
+NBVAL_LANES ?= 2
 test-notebooks: env
-	$(PY) -m pytest -q $(NBVAL) $$($(PY) -m scripts.lab.run_notebooks --nbval-targets build/smoke)
+	$(PY) -m scripts.lab.nbval_lanes --lanes $(NBVAL_LANES) --smoke-dir build/smoke -- $(NBVAL)
 	$(PY) -m pytest -q tests/notebooks --deselect tests/notebooks/test_parameters.py
 
 # The GPU-free part of the gpu-trtllm path under the NGC image's own package versions

@@ -1,0 +1,124 @@
+"""``make test``'s notebook step: nbval over the notebooks in stages, the lanes of a stage side by side.
+
+Notebooks 00-03 make what the others read (the model, the engine, the repository, the reference), so
+they run first, one after the other. 04-08 read those and nothing of one another's, and most of their
+time is servers starting and clients waiting, so on two cores two lanes side by side take far less
+than one. 05 and 07 share a lane: both fill the Serve repository their Tritons load, and a fill
+replaces the model folders a starting Triton may be reading.
+
+``python -m scripts.lab.nbval_lanes -- NBVAL_OPTIONS`` runs them; ``--lanes 1`` runs every notebook
+one after the other (to read one notebook's failure without another's lines in between). One line
+per notebook as it ends; a lane's other lines (failures, pytest's summary) pass through with the
+lane's name in front.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from scripts.lab.run_notebooks import nbval_targets, notebook_paths
+
+#: Stages run one after the other; the lanes inside a stage run side by side.
+STAGES: tuple[tuple[tuple[str, ...], ...], ...] = (
+    (("00", "01", "02", "03"),),
+    (("04", "06", "08"), ("05", "07")),
+)
+CELL = re.compile(r"^(?P<path>\S+\.ipynb)::Cell \d+ (?P<outcome>PASSED|FAILED|ERROR|SKIPPED)")
+
+
+def lanes_of(stage: tuple[tuple[str, ...], ...], side_by_side: bool) -> list[tuple[str, ...]]:
+    """The lanes of one stage: as declared, or all in one lane, in notebook order."""
+    return list(stage) if side_by_side else [tuple(sorted(n for lane in stage for n in lane))]
+
+
+def lane_command(lane: tuple[str, ...], smoke_dir: Path, nbval_args: list[str]) -> list[str]:
+    targets = nbval_targets(smoke_dir, notebook_paths(only=list(lane)))
+    return [sys.executable, "-m", "pytest", "-v", "--no-header", "-p", "no:cacheprovider", *nbval_args,
+            *(str(t) for t in targets)]
+
+
+class LaneOutput:
+    """Turns a lane's ``pytest -v`` lines into one line per notebook; passes the rest through."""
+
+    def __init__(self, name: str, out=None, clock=time.monotonic):
+        self.name, self.out, self.clock = name, out or sys.stdout, clock
+        self.current: str | None = None
+        self.started = clock()
+        self.cells: dict[str, int] = {}
+
+    def _say(self, text: str) -> None:
+        print(f"[{self.name}] {text}", file=self.out, flush=True)
+
+    def _finish_notebook(self) -> None:
+        if self.current is not None:
+            counts = ", ".join(f"{n} {o.lower()}" for o, n in sorted(self.cells.items()))
+            self._say(f"{Path(self.current).stem}: {counts} cells ({self.clock() - self.started:.0f} s)")
+
+    def line(self, text: str) -> None:
+        match = CELL.match(text)
+        if not match:
+            if text.strip():
+                self._say(text.rstrip())
+            return
+        if match["path"] != self.current:
+            self._finish_notebook()
+            self.current, self.cells, self.started = match["path"], {}, self.clock()
+        self.cells[match["outcome"]] = self.cells.get(match["outcome"], 0) + 1
+
+    def close(self) -> None:
+        self._finish_notebook()
+        self.current = None
+
+
+def run_lanes(commands: dict[str, list[str]], out=None) -> int:
+    """Run the commands side by side; the worst exit status (a failing lane does not stop the others)."""
+    procs = {name: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+             for name, cmd in commands.items()}
+
+    def pump(name: str, proc: subprocess.Popen) -> None:
+        output = LaneOutput(name, out)
+        for text in proc.stdout:
+            output.line(text)
+        output.close()
+
+    threads = [threading.Thread(target=pump, args=item, daemon=True) for item in procs.items()]
+    for t in threads:
+        t.start()
+    try:
+        codes = [proc.wait() for proc in procs.values()]
+    finally:
+        for proc in procs.values():  # interrupted: the lanes' pytest processes end with us
+            if proc.poll() is None:
+                proc.terminate()
+    for t in threads:
+        t.join()
+    return max(codes, default=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke-dir", type=Path, default=Path("build/smoke"))
+    parser.add_argument("--lanes", type=int, choices=(1, 2), default=2, help="2: side by side; 1: one after the other")
+    parser.add_argument("nbval_args", nargs=argparse.REMAINDER, help="after --: the options nbval runs with")
+    args = parser.parse_args(argv)
+    nbval_args = [a for a in args.nbval_args if a != "--"]
+    worst = 0
+    for stage in STAGES:
+        lanes = lanes_of(stage, side_by_side=args.lanes == 2)
+        started = time.monotonic()
+        code = run_lanes({" ".join(lane): lane_command(lane, args.smoke_dir, nbval_args) for lane in lanes})
+        print(f"notebooks {', '.join(' '.join(lane) for lane in lanes)}: exit status {code}, "
+              f"{time.monotonic() - started:.0f} s", flush=True)
+        worst = max(worst, code)
+        if code:  # the next stage reads what this one made
+            break
+    return worst
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

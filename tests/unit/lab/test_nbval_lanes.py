@@ -1,0 +1,69 @@
+import io
+import json
+import sys
+
+from scripts.lab import nbval_lanes
+from scripts.lab.run_notebooks import notebook_paths
+
+
+def stage_of(prefix):
+    return next(i for i, stage in enumerate(nbval_lanes.STAGES) for lane in stage if prefix in lane)
+
+
+def lane_of(prefix):
+    return next(lane for stage in nbval_lanes.STAGES for lane in stage if prefix in lane)
+
+
+def test_every_notebook_is_in_exactly_one_lane():
+    declared = [n for stage in nbval_lanes.STAGES for lane in stage for n in lane]
+    assert sorted(declared) == sorted(p.name[:2] for p in notebook_paths())
+    assert len(declared) == len(set(declared))
+
+
+def test_what_the_others_read_is_made_in_an_earlier_stage():
+    assert all(stage_of(n) == 0 for n in ("00", "01", "02", "03"))
+    assert all(stage_of(p.name[:2]) > 0 for p in notebook_paths() if p.name[:2] > "03")
+
+
+def test_notebooks_that_fill_the_serve_repository_share_a_lane():
+    fillers = [p.name[:2] for p in notebook_paths()
+               if "fill_serve_repository(" in "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"]
+                                                      if c["cell_type"] == "code")]
+    assert len(fillers) >= 2  # 05 and 07: the case this lane rule exists for
+    assert len({lane_of(n) for n in fillers}) == 1, fillers
+
+
+def test_one_lane_runs_a_stage_in_notebook_order():
+    stage = nbval_lanes.STAGES[1]
+    assert nbval_lanes.lanes_of(stage, side_by_side=True) == list(stage)
+    assert nbval_lanes.lanes_of(stage, side_by_side=False) == [("04", "05", "06", "07", "08")]
+
+
+def test_a_lane_prints_one_line_per_notebook_and_passes_the_rest_through():
+    out, ticks = io.StringIO(), iter([0, 0, 10, 10, 25])
+    lane = nbval_lanes.LaneOutput("05 07", out, clock=lambda: next(ticks))
+    for text in ["build/smoke/05_serve.ipynb::Cell 0 PASSED [ 1%]\n",
+                 "build/smoke/05_serve.ipynb::Cell 1 FAILED [ 2%]\n",
+                 "build/smoke/07_bench.ipynb::Cell 0 PASSED [ 3%]\n",
+                 "E   cell output differs\n", "\n"]:
+        lane.line(text)
+    lane.close()
+    assert out.getvalue().splitlines() == [
+        "[05 07] 05_serve: 1 failed, 1 passed cells (10 s)",
+        "[05 07] E   cell output differs",
+        "[05 07] 07_bench: 1 passed cells (15 s)",
+    ]
+
+
+def test_lanes_run_side_by_side_and_the_worst_exit_status_wins():
+    out = io.StringIO()
+    code = nbval_lanes.run_lanes({"a": [sys.executable, "-c", "print('from a')"],
+                                  "b": [sys.executable, "-c", "import sys; print('from b'); sys.exit(3)"]}, out)
+    assert code == 3
+    assert sorted(out.getvalue().splitlines()) == ["[a] from a", "[b] from b"]
+
+
+def test_the_lane_command_is_pytest_over_the_lanes_targets(tmp_path):
+    cmd = nbval_lanes.lane_command(("00", "01"), tmp_path, ["--nbval"])
+    assert cmd[:3] == [sys.executable, "-m", "pytest"] and "--nbval" in cmd
+    assert [c.rsplit("/", 1)[-1][:2] for c in cmd if c.endswith(".ipynb")] == ["00", "01"]
