@@ -27,12 +27,12 @@ bench: env
 # sanitising; notebooks 05, 07 and 08 at their SMOKE setting), then the values the notebooks' check cells recorded.
 test: env test-unit test-notebooks
 
-# Four workers (pytest-xdist): most unit-test time is real servers starting and waiting, so on two cores
-# four side by side take less than two (measured: 159 s against 175 s). --dist loadscope keeps a
+# Two workers (pytest-xdist): most unit-test time is real servers starting, mostly one process
+# importing at a time, so two side by side take little longer than one. --dist loadscope keeps a
 # module's tests on one worker, so a module's server fixture starts once. UNIT_WORKERS=0: one process.
 # The OpenAPI fuzzer runs after, in a process of its own: under pytest 9 schemathesis gives the
 # tests it makes for each route one node id, and xdist would run only one of them.
-UNIT_WORKERS ?= 4
+UNIT_WORKERS ?= 2
 FUZZ := tests/unit/serve/test_openapi.py
 test-unit: env
 	$(PY) -m pytest -q -n $(UNIT_WORKERS) --dist loadscope tests/unit --ignore=$(FUZZ)

@@ -42,8 +42,8 @@ def test_one_lane_runs_a_stage_in_notebook_order():
 def test_a_lane_prints_one_line_per_notebook_and_passes_the_rest_through():
     out, ticks = io.StringIO(), iter([0, 0, 10, 10, 25])
     lane = nbval_lanes.LaneOutput("05 07", out, clock=lambda: next(ticks))
-    for text in ["build/smoke/05_serve.ipynb::Cell 0 PASSED [ 1%]\n",
-                 "build/smoke/05_serve.ipynb::Cell 1 FAILED [ 2%]\n",
+    for text in ["build/smoke/05_serve::ipynb::Cell 0 PASSED        [ 1%]\n",  # as nbval 0.11 names them
+                 "build/smoke/05_serve::ipynb::Cell 1 FAILED        [ 2%]\n",
                  "build/smoke/07_bench.ipynb::Cell 0 PASSED [ 3%]\n",
                  "E   cell output differs\n", "\n"]:
         lane.line(text)
