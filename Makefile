@@ -38,8 +38,8 @@ test-unit: env
 	$(PY) -m pytest -q -n $(UNIT_WORKERS) --dist loadscope tests/unit --ignore=$(FUZZ)
 	$(PY) -m pytest -q -p no:xdist $(FUZZ)
 
-# nbval in stages: 00-03 one after the other, then 04-08 in two lanes side by side (scripts/lab/nbval_lanes.py
-# says why that is safe); NBVAL_LANES=1: every notebook one after the other.
+# nbval in stages: 00-03 one after the other, then 04 08 | 05 07 in two lanes side by side, then 06
+# (scripts/lab/nbval_lanes.py says why that is safe); NBVAL_LANES=1: every notebook one after the other.
 NBVAL_LANES ?= 2
 test-notebooks: env
 	$(PY) -m scripts.lab.nbval_lanes --lanes $(NBVAL_LANES) --smoke-dir build/smoke -- $(NBVAL)

@@ -2,14 +2,15 @@
 
 Notebooks 00-03 make what the others read (the model, the engine, the repository, the reference), so
 they run first, one after the other. 04-08 read those and nothing of one another's, and most of their
-time is servers starting and clients waiting, so on two cores two lanes side by side take far less
-than one. 05 and 07 share a lane: both fill the Serve repository their Tritons load, and a fill
-replaces the model folders a starting Triton may be reading.
+time is servers starting and clients waiting, so on two cores two lanes side by side take less than
+one. 05 and 07 share a lane: both fill the Serve repository their Tritons load, and a fill replaces
+the model folders a starting Triton may be reading. 06 runs alone, last: beside another lane its
+deployments (about 20, each waited for) took 243 s instead of about 75 (a fresh clone's make test, 2026-12-06).
 
 ``python -m scripts.lab.nbval_lanes -- NBVAL_OPTIONS`` runs them; ``--lanes 1`` runs every notebook
 one after the other (to read one notebook's failure without another's lines in between). One line
-per notebook as it ends; a lane's other lines (failures, pytest's summary) pass through with the
-lane's name in front.
+per notebook as it ends and one per cell that took over 20 s; a lane's other lines (failures,
+pytest's summary) pass through with the lane's name in front.
 """
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ from scripts.lab.run_notebooks import nbval_targets, notebook_paths
 #: Stages run one after the other; the lanes inside a stage run side by side.
 STAGES: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("00", "01", "02", "03"),),
-    (("04", "08"), ("05", "06", "07")),  # about 6 minutes each on two cores
+    (("04", "08"), ("05", "07")),  # about 5.5 minutes each on two cores
+    (("06",),),  # about 20 Serve deployments, each waited for: beside another lane, 3 times slower
 )
 #: nbval 0.11 names a cell ``notebooks/00_check_environment::ipynb::Cell 3`` under ``pytest -v``.
-CELL = re.compile(r"^(?P<path>\S+?)(?:\.|::)ipynb::Cell \d+ (?P<outcome>PASSED|FAILED|ERROR|SKIPPED)")
+CELL = re.compile(r"^(?P<path>\S+?)(?:\.|::)ipynb::(?P<cell>Cell \d+) (?P<outcome>PASSED|FAILED|ERROR|SKIPPED)")
 
 
 def lanes_of(stage: tuple[tuple[str, ...], ...], side_by_side: bool) -> list[tuple[str, ...]]:
@@ -44,12 +46,13 @@ def lane_command(lane: tuple[str, ...], smoke_dir: Path, nbval_args: list[str]) 
 
 
 class LaneOutput:
-    """Turns a lane's ``pytest -v`` lines into one line per notebook; passes the rest through."""
+    """Turns a lane's ``pytest -v`` lines into one line per notebook and one per cell slower than
+    ``slow_s`` (so a long cell says it is done); passes the rest through."""
 
-    def __init__(self, name: str, out=None, clock=time.monotonic):
-        self.name, self.out, self.clock = name, out or sys.stdout, clock
+    def __init__(self, name: str, out=None, clock=time.monotonic, slow_s: float = 20.0):
+        self.name, self.out, self.clock, self.slow_s = name, out or sys.stdout, clock, slow_s
         self.current: str | None = None
-        self.started = clock()
+        self.started = self.last = clock()
         self.cells: dict[str, int] = {}
 
     def _say(self, text: str) -> None:
@@ -58,7 +61,7 @@ class LaneOutput:
     def _finish_notebook(self) -> None:
         if self.current is not None:
             counts = ", ".join(f"{n} {o.lower()}" for o, n in sorted(self.cells.items()))
-            self._say(f"{Path(self.current).stem}: {counts} cells ({self.clock() - self.started:.0f} s)")
+            self._say(f"{Path(self.current).stem}: {counts} cells ({self.last - self.started:.0f} s)")
 
     def line(self, text: str) -> None:
         match = CELL.match(text)
@@ -66,10 +69,14 @@ class LaneOutput:
             if text.strip():
                 self._say(text.rstrip())
             return
+        now = self.clock()
         if match["path"] != self.current:
             self._finish_notebook()
-            self.current, self.cells, self.started = match["path"], {}, self.clock()
+            self.current, self.cells, self.started = match["path"], {}, self.last  # from the previous one's end
+        if now - self.last >= self.slow_s:
+            self._say(f"{Path(match['path']).stem}: {match['cell']} {match['outcome'].lower()} after {now - self.last:.0f} s")
         self.cells[match["outcome"]] = self.cells.get(match["outcome"], 0) + 1
+        self.last = now
 
     def close(self) -> None:
         self._finish_notebook()

@@ -36,12 +36,12 @@ def test_notebooks_that_fill_the_serve_repository_share_a_lane():
 def test_one_lane_runs_a_stage_in_notebook_order():
     stage = nbval_lanes.STAGES[1]
     assert nbval_lanes.lanes_of(stage, side_by_side=True) == list(stage)
-    assert nbval_lanes.lanes_of(stage, side_by_side=False) == [("04", "05", "06", "07", "08")]
+    assert nbval_lanes.lanes_of(stage, side_by_side=False) == [tuple(sorted(n for lane in stage for n in lane))]
 
 
-def test_a_lane_prints_one_line_per_notebook_and_passes_the_rest_through():
-    out, ticks = io.StringIO(), iter([0, 0, 10, 10, 25])
-    lane = nbval_lanes.LaneOutput("05 07", out, clock=lambda: next(ticks))
+def test_a_lane_prints_one_line_per_notebook_and_per_slow_cell_and_passes_the_rest_through():
+    out, ticks = io.StringIO(), iter([0, 10, 12, 40])
+    lane = nbval_lanes.LaneOutput("05 07", out, clock=lambda: next(ticks), slow_s=20)
     for text in ["build/smoke/05_serve::ipynb::Cell 0 PASSED        [ 1%]\n",  # as nbval 0.11 names them
                  "build/smoke/05_serve::ipynb::Cell 1 FAILED        [ 2%]\n",
                  "build/smoke/07_bench.ipynb::Cell 0 PASSED [ 3%]\n",
@@ -49,9 +49,10 @@ def test_a_lane_prints_one_line_per_notebook_and_passes_the_rest_through():
         lane.line(text)
     lane.close()
     assert out.getvalue().splitlines() == [
-        "[05 07] 05_serve: 1 failed, 1 passed cells (10 s)",
+        "[05 07] 05_serve: 1 failed, 1 passed cells (12 s)",
+        "[05 07] 07_bench: Cell 0 passed after 28 s",
         "[05 07] E   cell output differs",
-        "[05 07] 07_bench: 1 passed cells (15 s)",
+        "[05 07] 07_bench: 1 passed cells (28 s)",
     ]
 
 
