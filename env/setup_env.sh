@@ -86,11 +86,12 @@ $pip install -q --no-deps "$numpy_pin"
 # 4. This repository's helper package, editable, so notebooks and servers import `scripts`.
 $pip install -q --no-deps --no-build-isolation -e "$repo"
 
-# 5. Byte-compile the environment once, on every core (about 26 s on two). Where PYTHONDONTWRITEBYTECODE
-#    is set (the 2-core machine this was measured on sets it) Python never caches what it compiles, so every process that
-#    imports torch, vLLM, Ray and transformers compiled them again: 12.4 s for that import against
-#    9.5 s with the cache, in each Triton model process, Ray worker, kernel and server the notebooks
-#    and tests start. A file that does not compile (a template, a Python 2 example) is left as it is.
+# 5. Byte-compile the environment once, on every core (about 26 s on two). Where
+#    PYTHONDONTWRITEBYTECODE is set (the 2-core machine this was measured on sets it) Python never
+#    caches what it compiles, so every process that imports torch, vLLM, Ray and transformers
+#    compiled them again: 12.4 s for that import against 9.5 s with the cache, in each Triton model
+#    process, Ray worker, kernel and server the notebooks and tests start. A file that does not
+#    compile (a template, a Python 2 example) is left as it is.
 "$venv/bin/python" -m compileall -q -j 0 "$venv/lib" >/dev/null 2>&1 || true
 
 "$venv/bin/python" - <<'PY'
