@@ -92,20 +92,20 @@ def start_node_retrying(init: Callable[[], Any], shutdown: Callable[[], None], a
     node timed out during startup". The processes that attempt started are ended before the next."""
     import psutil  # noqa: PLC0415 - Ray's own dependency
 
-    for attempt in range(1, attempts + 1):
+    for _ in range(attempts - 1):
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
             return init()
         except Exception as exc:
-            if "timed out during startup" not in str(exc) or attempt == attempts:
+            if "timed out during startup" not in str(exc):
                 raise
-            shutdown()
-            started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-            for proc in started:
-                with contextlib.suppress(psutil.NoSuchProcess):
-                    proc.kill()
-            psutil.wait_procs(started, timeout=10)
-    raise AssertionError("unreachable")
+        shutdown()
+        started = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+        for proc in started:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                proc.kill()
+        psutil.wait_procs(started, timeout=10)  # reaps them: they are this process's children
+    return init()
 
 
 def ray_process_ids() -> list[int]:
