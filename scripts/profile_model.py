@@ -139,7 +139,7 @@ class ServeSettings(Section):
     serve_health_check_period_s: NonNegative = described("seconds between a replica's health checks")
     serve_default_max_tokens: PositiveInt = described("max_tokens of a request that gives none")
     serve_triton_model: Literal["ensemble", "engine"] = described(
-        "what a replica calls: the ensemble, or the decoupled engine model itself (notebook 07)")
+        "what a replica calls: the decoupled engine model itself (the default: the fastest, notebook 07), or the ensemble (notebook 05)")
     serve_max_queue_delay_microseconds: Annotated[int, Field(ge=0)] = described(
         "the engine step's queue delay in the Serve repository (0: a decoupled engine batches every step)")
 
