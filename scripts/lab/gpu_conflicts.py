@@ -15,18 +15,21 @@ import json
 import re
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from scripts.capacity.instance_size import FRACTION_OF_FREE_ENGINES
-from scripts.monitor.gpu import nvidia_smi
+from scripts.monitor.gpu import memory_by_pid, nvidia_smi
 from scripts.profiles import Profile
 from scripts.triton.backends import IN_SERVER, IN_STUBS
 
 #: Triton's log lines that say why a model did not load.
-_REASON = re.compile(r"(out of memory|OutOfMemory|UNAVAILABLE|failed to load)")
-_LOAD_ERROR = re.compile(r"(out of memory|OutOfMemory|failed to load|UNAVAILABLE|[Ee]rror:|no GPU|GPU.*not|CUDA)")
+_REASON = re.compile(r"(out of memory|OutOfMemory|UNAVAILABLE|failed to load|Free memory on device|"
+                     r"memory for the cache blocks|Error in memory profiling)")
+_LOAD_ERROR = re.compile(r"(out of memory|OutOfMemory|failed to load|UNAVAILABLE|[Ee]rror:|no GPU|GPU.*not|CUDA|"
+                         r"Free memory on device|memory for the cache blocks)")
 
 
 def gpu_skip_reason(profile: Profile, smi: Callable[[], list[dict]] | None = None) -> str | None:
@@ -34,23 +37,12 @@ def gpu_skip_reason(profile: Profile, smi: Callable[[], list[dict]] | None = Non
     ``nvidia-smi``); None when they run."""
     if profile["logical_gpus"]:
         return (f"profile {profile.name!r} schedules against logical GPUs (no GPU memory to claim): the real-GPU "
-                "cases run with a GPU profile, e.g. PROFILE=gpu-transformers")
+                "cases run with a GPU profile, e.g. PROFILE=gpu-vllm")
     try:
         gpus = (smi or gpu_memory)()
     except (OSError, subprocess.CalledProcessError) as exc:
         return f"no GPU found ({exc}): install the NVIDIA driver, whose nvidia-smi reports the GPUs"
     return None if gpus else "nvidia-smi lists no GPU"
-
-
-def free_memory_skip_reason(profile: Profile) -> str | None:
-    """Why notebook 06's sections on engines that size their KV cache from the memory *free* (6 and 9)
-    do not apply to the profile's engine; None when they do (TensorRT-LLM, transformers)."""
-    if profile.engine in FRACTION_OF_FREE_ENGINES:
-        return None
-    return (f"{profile.engine} reserves gpu_memory_utilization of the GPU's TOTAL memory, not a share of what is "
-            "free: engines sharing a GPU fit when their utilizations add up to less than 1 (section 8's estimate "
-            "and `python -m scripts.capacity` check it); engines on one GPU must start one after the other, since "
-            "each measures the GPU's memory while it starts")
 
 
 def gpu_memory() -> list[dict[str, Any]]:
@@ -66,12 +58,6 @@ def gpu_free_bytes(index: int = 0) -> int:
     if gpu is None:
         raise ValueError(f"nvidia-smi lists no GPU {index}")
     return gpu["total_bytes"] - gpu["used_bytes"]
-
-
-def memory_by_pid() -> dict[int, int]:
-    """GPU memory (bytes) of each process using a GPU (``nvidia-smi --query-compute-apps``)."""
-    return {int(pid): int(used) * 2**20 for pid, used in nvidia_smi("pid,used_memory", "compute-apps")
-            if pid.isdigit() and used.isdigit()}
 
 
 def replica_reports(base_url: str, app: str, replicas: int, timeout_s: float = 60) -> list[dict]:
@@ -108,11 +94,13 @@ def format_visibility(report: dict[str, Any], node_names: dict[str, str]) -> str
 
 # -- Triton: instance_group count N of the profile's engine ------------------------------------
 
-def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction: float | None = None) -> Path:
+def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction: float | None = None,
+                           utilization: float | None = None) -> Path:
     """A model repository holding only the profile's engine model with ``instance_group { count:
     count }``. ``fraction``: the KV cache's share of the free memory, where the engine reads it:
     TensorRT-LLM from its ``config.pbtxt`` parameter, transformers from the engine config (a copy of
-    it, pointing at the same weights)."""
+    it, pointing at the same weights). ``utilization``: vLLM's ``gpu_memory_utilization`` (a share of
+    the GPU's total memory), in such a copy of the engine config."""
     from scripts.engine.config import ENGINE_CONFIG, read_engine_config  # noqa: PLC0415
     from scripts.triton.repository.fill import ENGINE_MODEL, RepoSettings, fill_for_profile  # noqa: PLC0415
 
@@ -130,6 +118,15 @@ def engine_only_repository(profile: Profile, out_dir: Path, count: int, fraction
             engine_dir.mkdir(parents=True, exist_ok=True)
             variant = {k: v for k, v in config.items() if k != "engine_dir"} | {"kv_cache_free_gpu_mem_fraction": fraction}
             (engine_dir / ENGINE_CONFIG).write_text(json.dumps(variant, indent=2) + "\n")
+    if utilization is not None:
+        if config["engine"] != "vllm":
+            raise ValueError(f"utilization is vLLM's gpu_memory_utilization; {config['engine']} takes fraction")
+        if not 0 < utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be within (0, 1], got {utilization!r}")
+        engine_dir = Path(out_dir) / "engine"
+        engine_dir.mkdir(parents=True, exist_ok=True)
+        variant = {k: v for k, v in config.items() if k != "engine_dir"} | {"gpu_memory_utilization": utilization}
+        (engine_dir / ENGINE_CONFIG).write_text(json.dumps(variant, indent=2) + "\n")
     repo = Path(out_dir) / "repository"
     fill_for_profile(profile, settings, output_dir=repo, engine_dir=engine_dir, models=[ENGINE_MODEL[config["engine"]]])
     return repo
@@ -179,6 +176,14 @@ def load_triton(repo: Path, timeout_s: float = 300,
     """Start Triton on ``repo``; on success measure the GPU memory of the processes holding the engine's
     instances (``instances_in``: one stub each, or tritonserver's own process; the engine's
     :func:`scripts.triton.backends.engine_backend`), then stop it."""
+    with started_triton(repo, timeout_s, measure, instances_in) as load:
+        return load
+
+
+@contextmanager
+def started_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dict[int, int]] | None = memory_by_pid,
+                   instances_in: str = IN_STUBS) -> Iterator[TritonLoad]:
+    """:func:`load_triton`, with the server kept running inside the ``with`` block (stopped at its end)."""
     if instances_in not in (IN_STUBS, IN_SERVER):
         raise ValueError(f"instances_in must be {IN_STUBS!r} or {IN_SERVER!r}, got {instances_in!r}")
     from scripts.triton.server import TritonServer, TritonStartError  # noqa: PLC0415
@@ -192,13 +197,14 @@ def load_triton(repo: Path, timeout_s: float = 300,
             log = server.log_path.read_text(errors="replace")
         except OSError:
             log = str(exc)
-        return TritonLoad(False, time.monotonic() - start, error_lines(log) or str(exc).splitlines()[-3:])
+        yield TritonLoad(False, time.monotonic() - start, error_lines(log) or str(exc).splitlines()[-3:])
+        return
     try:
         seconds = time.monotonic() - start
         # stubs: one per instance (the server holds only a context); in the server: the server itself
         holders = {server.pid} if instances_in == IN_SERVER else set(server.group_members()) - {server.pid}
         per_pid = measure() if measure else {}
-        return TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in holders), instances_in)
+        yield TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in holders), instances_in)
     finally:
         server.stop()
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterable
 from typing import Any
 
 #: Triton's GPU metrics, as the shipped Grafana dashboard's GPU row queries them.
@@ -34,6 +35,32 @@ def gpu_activity() -> list[dict[str, Any]]:
     return [{"index": int(i), "utilization_pct": float(util), "memory_used_bytes": int(used) * 2**20,
              "memory_total_bytes": int(total) * 2**20}
             for i, util, used, total in nvidia_smi("index,utilization.gpu,memory.used,memory.total")]
+
+
+def memory_by_pid() -> dict[int, int]:
+    """GPU memory (bytes) of each process using a GPU (``nvidia-smi --query-compute-apps``)."""
+    return {int(pid): int(used) * 2**20 for pid, used in nvidia_smi("pid,used_memory", "compute-apps")
+            if pid.isdigit() and used.isdigit()}
+
+
+def memory_of(pids: Callable[[], Iterable[int]], count: int, timeout_s: float = 90, poll_s: float = 1, settle: int = 3,
+              measure: Callable[[], dict[int, int]] = memory_by_pid) -> list[int]:
+    """GPU memory (bytes, sorted) of the processes among ``pids()`` that hold some, once at least ``count`` of them
+    do and the same ones have for ``settle`` looks in a row (an engine being unloaded holds its memory a moment
+    longer; an engine may run in a child process of the one that loaded it); TimeoutError with what was seen."""
+    deadline = time.monotonic() + timeout_s
+    last, same = None, 0
+    while True:
+        mine = set(pids())
+        held = {pid: b for pid, b in measure().items() if pid in mine}
+        same = same + 1 if last is not None and set(held) == set(last) else 1
+        last = held
+        if len(held) >= count and same >= settle:
+            return sorted(held.values())
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(held)} processes hold GPU memory ({[round(b / 2**30, 1) for b in held.values()]} "
+                               f"GiB), expected {count} or more, steady for {settle} looks; gave up after {timeout_s:g} s")
+        time.sleep(poll_s)
 
 
 def exports_gpu_metrics(metrics_text: str) -> bool:
