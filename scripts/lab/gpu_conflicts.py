@@ -142,6 +142,7 @@ class TritonLoad:
     errors: list[str] = field(default_factory=list)
     process_bytes: list[int] = field(default_factory=list)   # per process holding instances, sorted
     instances_in: str = IN_STUBS
+    log_path: Path | None = None                              # the server's log (kept after it stopped)
 
     def format(self) -> str:
         if self.loaded and not self.process_bytes:
@@ -197,14 +198,16 @@ def started_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dic
             log = server.log_path.read_text(errors="replace")
         except OSError:
             log = str(exc)
-        yield TritonLoad(False, time.monotonic() - start, error_lines(log) or str(exc).splitlines()[-3:])
+        yield TritonLoad(False, time.monotonic() - start, error_lines(log) or str(exc).splitlines()[-3:],
+                         log_path=server.log_path)
         return
     try:
         seconds = time.monotonic() - start
         # stubs: one per instance (the server holds only a context); in the server: the server itself
         holders = {server.pid} if instances_in == IN_SERVER else set(server.group_members()) - {server.pid}
         per_pid = measure() if measure else {}
-        yield TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in holders), instances_in)
+        yield TritonLoad(True, seconds, [], sorted(b for pid, b in per_pid.items() if pid in holders), instances_in,
+                         server.log_path)
     finally:
         server.stop()
 

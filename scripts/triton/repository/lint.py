@@ -157,6 +157,8 @@ def _check_model(model: _Model) -> list[Problem]:
                     "to the file holding TritonPythonModel"))
     if config.backend == "vllm" and any(tensor.name == "text_input" for tensor in config.input):
         found += _check_vllm_text_model(model)
+    if config.backend == "vllm":
+        found += _check_vllm_gpu_instances(model)
     if config.HasField("dynamic_batching") and config.max_batch_size == 0:
         line, _ = model.line(r"\bdynamic_batching\b")
         found.append(model.problem(line, "batch-size", "dynamic_batching is set but max_batch_size is 0",
@@ -185,6 +187,23 @@ def _check_vllm_text_model(model: _Model) -> list[Problem]:
                                        "vllm backend reads",
                                        f"write {model.name}/{version.name}/model.json (copy it in whole before "
                                        "the version folder appears to a polling server)"))
+    return found
+
+
+def _check_vllm_gpu_instances(model: _Model) -> list[Problem]:
+    """More than one vLLM instance of a model on one GPU: they start together, and each vLLM engine counts
+    the memory the others take while it profiles as its own, so one gets its ``gpu_memory_utilization``
+    and the others a KV cache of what is left, or none (notebook 06, section 9)."""
+    found = []
+    for group in model.config.instance_group:
+        if group.kind == model_config_pb2.ModelInstanceGroup.KIND_GPU and group.count > 1:
+            line, _ = model.line(r"\bKIND_GPU\b")
+            found.append(model.problem(
+                line, "vllm-instances",
+                f"instance_group count {group.count} of KIND_GPU puts {group.count} vLLM engines on each GPU: they "
+                "start together and each counts the memory the others take as its own, so all but one get a "
+                "small KV cache or none (notebook 06, section 9)",
+                "set count: 1 (one vLLM engine batches max_num_seqs sequences); for more, add GPUs or Serve replicas"))
     return found
 
 

@@ -2,6 +2,7 @@
 engine's arguments, ``vllm serve``'s flags and the filled repository, and the cpu profile's stay as they were."""
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from scripts.engine import config as engine
 from scripts.profiles import ProfileError, load_profile
 from scripts.triton.backend.engine_stream import instance_gpu_env
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile, standalone_arguments
+from scripts.triton.repository.lint import lint
 
 
 def test_gpu_settings_reach_the_engine_arguments_and_vllm_serve(build_root):
@@ -57,6 +59,14 @@ def test_engine_models_get_the_profiles_instance_kind(build_root, name, kind):
         assert f"instance_group [ {{ count: 2 kind: {kind} }} ]" in (repo / model / "config.pbtxt").read_text()
     model_json = json.loads((repo / "vllm_model" / "1" / "model.json").read_text())
     assert ("gpu_memory_utilization" in model_json) == (name == "gpu-vllm")
+    # two vLLM engines of one model on one GPU starve each other's KV cache: the linter says so, on GPU only
+    flagged = [(Path(p.path).parent.name, p.rule) for p in lint(repo)]
+    assert flagged == ([("vllm_engine", "vllm-instances"), ("vllm_model", "vllm-instances")] if kind == "KIND_GPU" else [])
+    if flagged:
+        assert "count: 1" in lint(repo)[0].fix
+    one = build_root / "one"
+    fill_for_profile(profile, RepoSettings(engine_instance_count=1), output_dir=one, models=["vllm_engine", "vllm_model"])
+    assert [p.rule for p in lint(one)] == []
 
 
 def test_settings_override_the_engine_configs_kind(build_root):

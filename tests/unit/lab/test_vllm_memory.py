@@ -105,3 +105,45 @@ def test_memory_of_waits_until_enough_processes_hold_memory_and_stay():
     assert memory_of(lambda: [1, 2, 3], 2, poll_s=0, measure=lambda: next(seen)) == [3, 4]
     with pytest.raises(TimeoutError, match="1 processes hold GPU memory .* expected 2 or more"):
         memory_of(lambda: [1, 2, 3], 2, timeout_s=0, poll_s=0, measure=lambda: {1: 2**30})
+
+
+# Two engines of one model started together, as an H200 logged them (notebook 06, section 9): the second counted
+# the first's KV cache as its own non-torch memory. Progress bars of both share lines with their INFO lines.
+TOGETHER_LOG = """\
+(EngineCore pid=9747) INFO 12-06 20:27:56 [kv_cache_utils.py:2177] GPU KV cache size: 3,932,032 tokens
+(EngineCore pid=9747) Capturing CUDA graphs:  8%|7   | 4/51(EngineCore pid=9795) INFO 12-06 20:27:56 [backends.py:292] loaded
+(EngineCore pid=9795) INFO 12-06 20:27:57 [kv_cache_utils.py:2177] GPU KV cache size: 104,640 tokens
+(EngineCore pid=9747) INFO 12-06 20:27:58 [gpu_worker.py:857] Actual usage is 2.32 GiB for weight, 0.15 GiB for \
+peak activation, 3.36 GiB for non-torch memory, and 3.84 GiB for CUDAGraph memory.
+Capturing CUDA graphs: 86%|8  | 44/51(EngineCore pid=9795) INFO 12-06 20:28:00 [gpu_worker.py:857] Actual usage is \
+2.32 GiB for weight, 0.15 GiB for peak activation, 120.16 GiB for non-torch memory, and 0.52 GiB for CUDAGraph memory.
+"""
+
+
+def test_engine_starts_reads_each_engines_kv_cache_and_counted_memory_from_tritons_log():
+    starts = vm.engine_starts(TOGETHER_LOG)
+    assert starts == [vm.EngineStart(9747, 3_932_032, 3.36), vm.EngineStart(9795, 104_640, 120.16)]
+    assert vm.engine_starts("(EngineCore pid=1) Capturing (EngineCore pid=2) INFO x GPU KV cache size: 5 tokens") == \
+        [vm.EngineStart(2, 5, None)]
+    assert vm.engine_starts("I1206 model loaded\n") == []
+
+
+def test_instances_together_names_the_starved_engine(gpu_vllm, tmp_path, monkeypatch):
+    from scripts.triton import server
+
+    class LoggingServer(FakeServer):
+        def start(self, timeout_s):
+            self.log_path.write_text(TOGETHER_LOG)
+            super().start(timeout_s)
+
+    monkeypatch.setattr(server, "TritonServer", LoggingServer)
+    together = vm.instances_together(gpu_vllm, tmp_path / "asked", 2, 0.9, measure=lambda: {101: 7 * 2**30})
+    assert together.load.loaded and not LoggingServer.running and together.load.log_path.name == "log"
+    assert [e.pid for e in together.starved] == [9795]
+    text = together.format()
+    assert "instance_group count 2 at gpu_memory_utilization 0.9: Triton ready" in text
+    assert "engine pid 9795: KV cache 104,640 tokens, counting 120.2 GiB as its own non-torch memory" in text
+    assert "1 of 2 engines got less than 50% of the largest KV cache" in text
+    balanced = vm.Instances(2, 0.45, together.load, [vm.EngineStart(1, 100), vm.EngineStart(2, 90)])
+    assert not balanced.starved and "got less than" not in balanced.format()
+    assert not vm.Instances(1, 0.9, together.load, []).starved
