@@ -16,6 +16,7 @@ from typing import Any, Mapping
 import yaml
 
 from scripts.deploy.k8s import cluster_serve_config
+from scripts.envcheck import MissingComponent
 from scripts.profiles import Profile
 
 # The oldest and newest Kubernetes that KubeRay v1.7.0's CI runs on (ci/kind-config-buildkite-1-29.yml,
@@ -54,7 +55,11 @@ def pod_templates(rayservice: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
 
 def kubernetes_findings(objects: dict[str, Mapping[str, Any]]) -> list[str]:
     """``kubernetes_validate`` (strict) over named core objects, at every version of :data:`KUBERNETES_VERSIONS`."""
-    import kubernetes_validate  # noqa: PLC0415
+    try:
+        import kubernetes_validate  # noqa: PLC0415
+    except ModuleNotFoundError:
+        raise MissingComponent("kubernetes-validate is not installed: pip install kubernetes-validate==1.37.0 "
+                               "(a GPU host: rebuild the wheelhouse, env/wheelhouse.py build, which carries it)") from None
 
     out = []
     for where, obj in objects.items():

@@ -253,7 +253,8 @@ def test_vllm_profile_file():
     prof = wh.read_profile(VLLM_IN)
     reqs = prof["requirements"]
     for pin in ("vllm==0.26.0", "nvidia-pytriton==0.7.0", "numpy==1.26.4", "ray[serve]==2.60.0",
-                "tritonclient[grpc,http]==2.73.0", "transformers==5.19.0", "openai==3.57.0"):
+                "tritonclient[grpc,http]==2.73.0", "transformers==5.19.0", "openai==3.57.0",
+                "kubernetes-validate==1.37.0"):  # notebook 08 imports it (its k8s section)
         assert pin in reqs
     assert prof["override"] == ["numpy"] and "vllm" in prof["check-imports"] and prof["glibc"] == ["2.35"]
     assert {"torch", "torchvision", "torchaudio", "triton", "nvidia-cublas", "nvidia-nccl-cu13"} <= set(prof["host-provides"])

@@ -202,3 +202,13 @@ def test_pods_mount_the_claim_where_the_profile_resolves_the_build_dir(name, mon
         assert env["TUTORIAL_BUILD_DIR"] in paths
         for key in ("engine_dir", "model_dir"):
             assert any(str(profile.path(key)).startswith(p + "/") for p in paths), key
+
+
+def test_kubernetes_findings_without_the_validator_names_the_install_step(monkeypatch):
+    import sys
+
+    from scripts.envcheck import MissingComponent
+
+    monkeypatch.setitem(sys.modules, "kubernetes_validate", None)  # as on a host without the wheel
+    with pytest.raises(MissingComponent, match=r"pip install kubernetes-validate==1\.37\.0"):
+        kubernetes_findings({"pod": {"apiVersion": "v1", "kind": "Pod"}})
