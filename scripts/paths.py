@@ -5,6 +5,7 @@ notebook writes there and the next one reads. The source folders it reads from a
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -33,6 +34,15 @@ def triton_repo_dir(name: str) -> Path:
 def reference_path() -> Path:
     """Where notebook 03 saves the greedy reference that Triton and Ray Serve must reproduce."""
     return build_dir() / "reference" / "greedy_reference.json"
+
+
+def read_reference() -> dict:
+    """Notebook 03's greedy reference (prompts, token ids, texts); missing, an error that names the step."""
+    path = reference_path()
+    if not path.is_file():
+        raise FileNotFoundError(f"no greedy reference at {shown(path)}: run notebook 03 first, which writes it "
+                                "(python -m scripts.lab.run_notebooks --only 03, or make run)")
+    return json.loads(path.read_text())
 
 
 def results_path(notebook: str) -> Path:

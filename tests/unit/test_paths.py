@@ -22,3 +22,15 @@ def test_sources_are_in_the_repository():
 def test_shown_writes_machine_paths_the_same_everywhere(build_root):
     text = f"{build_root}/engine and {paths.REPO_ROOT}/env/profiles.toml"
     assert paths.shown(text) == "build/engine and env/profiles.toml"
+
+
+def test_read_reference_names_notebook_03_when_the_reference_is_missing(build_root):
+    import json
+
+    import pytest
+
+    with pytest.raises(FileNotFoundError, match="run notebook 03 first"):
+        paths.read_reference()
+    paths.reference_path().parent.mkdir(parents=True, exist_ok=True)
+    paths.reference_path().write_text(json.dumps({"prompts": ["a"]}))
+    assert paths.read_reference() == {"prompts": ["a"]}
