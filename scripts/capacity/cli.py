@@ -103,7 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="TensorRT-LLM, transformers: share of the free GPU memory each instance's KV cache takes "
                              f"(default: the engine config's, else {KV_CACHE_FREE_GPU_MEM_FRACTION}, TensorRT-LLM's)")
     parser.add_argument("--parallel-loading", action="store_true",
-                        help="the instances start together (Triton's Python backend): give the worst case too")
+                        help="the instances start together (Triton's Python backend): give the worst case too "
+                             "(vLLM: more than one instance starves the others' KV cache)")
     args = parser.parse_args(argv)
 
     key_findings: list = []

@@ -21,6 +21,9 @@ KV_CACHE_FREE_GPU_MEM_FRACTION = 0.9
 #: vLLM: the share of the GPU the instances may reserve together; the rest is headroom for the CUDA
 #: context, NCCL and allocator fragmentation.
 USABLE_GPU_MEMORY_FRACTION = 0.9
+#: Why more than one vLLM instance of a model fails on one GPU, whatever its share (notebook 06, section 9).
+VLLM_TOGETHER = ("vLLM instances of one model start together, and each counts the memory the others take while it "
+                 "profiles as its own: all but one get a small KV cache or none, whatever gpu_memory_utilization")
 #: The most instances a simulation loads (it stops at the first failure long before).
 MAX_INSTANCES = 1024
 __all__ = ["KV_CACHE_FREE_GPU_MEM_FRACTION", "TritonMemoryEstimate", "max_safe_instance_count", "safe_kv_fraction",
@@ -88,11 +91,18 @@ class TritonMemoryEstimate:
                                         self.kv_cache_free_gpu_mem_fraction, self.total_instances)
 
     @property
+    def starving(self) -> bool:
+        """vLLM, instances started together (``parallel_loading``): more than one per Triton starve each
+        other's KV cache, since each engine counts the memory the others take while it profiles as its own."""
+        return not self.sized_from_free and self.parallel_loading and self.instance_count > 1
+
+    @property
     def verdict(self) -> str:
         """``loads`` or ``fails``; loading in parallel (TensorRT-LLM, transformers) also ``may fail``: the
         worst case does not fit, the best case does, the timing decides."""
         if not self.sized_from_free:
-            return parallel.LOADS if self.total_bytes <= self.usable_bytes else parallel.FAILS
+            fits = self.total_bytes <= self.usable_bytes and not self.starving
+            return parallel.LOADS if fits else parallel.FAILS
         if self.parallel_loading:
             return parallel.verdict(self.gpu_memory_bytes, self.per_instance_bytes,
                                     self.kv_cache_free_gpu_mem_fraction, self.total_instances)
@@ -152,6 +162,8 @@ def triton_instance_memory(engine_config: Mapping[str, Any], instance_count: int
     if sizes.engine == "transformers" and not parallel_loading and count * sharing > 1:
         notes.append("Triton's Python backend loads the instances in parallel: the order above is one possible "
                      "timing; parallel_loading=True gives the worst case too")
+    if sizes.engine not in FRACTION_OF_FREE_ENGINES and parallel_loading and count > 1:
+        notes.append(VLLM_TOGETHER)
     common = dict(engine=sizes.engine, num_parameters=sizes.params, weight_bytes=sizes.weights,
                   kv_cache_bytes=sizes.kv, activation_bytes=sizes.activations, per_instance_bytes=sizes.per_instance,
                   instance_count=count, replicas_per_gpu=sharing, gpu_memory_bytes=sizes.gpu,
@@ -159,7 +171,10 @@ def triton_instance_memory(engine_config: Mapping[str, Any], instance_count: int
                   parallel_loading=parallel_loading)
     if sizes.engine not in FRACTION_OF_FREE_ENGINES:
         usable = int(sizes.gpu * usable_fraction)
-        return TritonMemoryEstimate(**common, max_safe_count=usable // (sizes.per_instance * sharing))
+        safe = usable // (sizes.per_instance * sharing)
+        if parallel_loading:  # one Triton's instances of a vLLM model start together: see TritonMemoryEstimate.starving
+            safe = min(safe, 1)
+        return TritonMemoryEstimate(**common, max_safe_count=safe)
     loads = serial.load_one_by_one(sizes.gpu, sizes.per_instance, fraction, count * sharing)
     if parallel_loading:
         loadable = parallel.max_count(sizes.gpu, sizes.per_instance, fraction, MAX_INSTANCES)

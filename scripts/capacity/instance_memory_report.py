@@ -41,6 +41,9 @@ def _format_static(e: Any) -> str:
     lines += [f"  note: {n}" for n in e.notes]
     if e.fits:
         lines.append("Result: OK (the instances fit in GPU memory)")
+    elif e.starving and e.max_safe_count >= 1:
+        lines.append("Result: FAIL (instances that start together starve each other's KV cache): lower "
+                     "instance_group count to 1")
     elif e.max_safe_count >= 1:
         lines.append(f"Result: FAIL (out of GPU memory at load): lower instance_group count to {e.max_safe_count}")
     else:

@@ -65,7 +65,8 @@ def estimate(profile: Profile, utilization: float, gpu_bytes: int, instances: in
     _require_vllm(profile)
     engine = memory_estimate_settings(profile) | {"gpu_memory_utilization": utilization}
     model = json.loads((profile.path("model_dir") / "config.json").read_text())
-    return triton_instance_memory(engine, instances, gpu_bytes, model, replicas_per_gpu=replicas_per_gpu)
+    return triton_instance_memory(engine, instances, gpu_bytes, model, replicas_per_gpu=replicas_per_gpu,
+                                  parallel_loading=True)  # a Triton's vLLM instances start together
 
 
 def safe_utilization(profile: Profile, gpu_bytes: int, engines: int,

@@ -130,6 +130,23 @@ def test_vllm_reserves_a_share_of_the_whole_gpu():
         safe_kv_fraction(engine, 2, 80 * GiB, LLAMA_3_2_1B)
 
 
+def test_vllm_instances_started_together_starve_whatever_their_share():
+    # An H200 showed it at count 2: 0.12 each (KV caches of 358,864 and 104,064 tokens) and 0.9 (3,932,032 and
+    # 104,640): the later engine counted the earlier one's memory as its own (notebook 06, section 9).
+    small = {"engine": "vllm", "dtype": "bfloat16", "max_model_len": 512, "max_num_seqs": 64, "gpu_memory_utilization": 0.12}
+    alone = triton_instance_memory(small, 2, 80 * GiB, LLAMA_3_2_1B)
+    assert alone.fits and not alone.starving and alone.max_safe_count == 7  # the reservations alone add up
+    together = triton_instance_memory(small, 2, 80 * GiB, LLAMA_3_2_1B, parallel_loading=True)
+    assert together.starving and not together.fits and together.verdict == "fails" and together.max_safe_count == 1
+    report = together.format_report()
+    assert "start together" in report and report.endswith(
+        "Result: FAIL (instances that start together starve each other's KV cache): lower instance_group count to 1")
+    one = triton_instance_memory(small, 1, 80 * GiB, LLAMA_3_2_1B, parallel_loading=True)
+    assert one.fits and not one.starving and "start together" not in one.format_report()
+    # two replicas, each its own Triton with one instance: a static sum, as before
+    assert triton_instance_memory(small, 1, 80 * GiB, LLAMA_3_2_1B, replicas_per_gpu=2, parallel_loading=True).fits
+
+
 def test_memory_estimate_settings_of_the_gpu_profile():
     settings = memory_estimate_settings(load_profile("gpu-trtllm"))
     assert settings["engine"] == "tensorrt_llm" and set(settings) <= {
