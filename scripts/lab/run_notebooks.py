@@ -100,11 +100,18 @@ def parameter_names(path: Path) -> set[str]:
 
 
 def notebook_parameters(path: Path, pairs: list[list[str]]) -> dict:
-    """The ``-p NAME VALUE`` pairs this notebook has a parameter for, values read as YAML."""
+    """The ``-p NAME VALUE`` pairs this notebook has a parameter for, values read as YAML. ``PREFIX:NAME``
+    reaches only the notebooks whose name starts with PREFIX (``06:INSTANCE_COUNT``: notebook 02 has an
+    ``INSTANCE_COUNT`` too)."""
     import yaml  # noqa: PLC0415
 
     names = parameter_names(path)
-    return {name: yaml.safe_load(value) for name, value in pairs if name in names}
+    chosen = {}
+    for key, value in pairs:
+        prefix, _, name = key.rpartition(":")
+        if name in names and path.stem.startswith(prefix):
+            chosen[name] = yaml.safe_load(value)
+    return chosen
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -116,7 +123,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nbval-targets", metavar="DIR", help="print the paths nbval should run, SMOKE copies in DIR")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
                         help="a parameter of the notebooks that have it, as papermill's -p (VALUE read as YAML: "
-                             "-p CONCURRENCY '[1, 32, 128]'); notebooks without that parameter are run without it")
+                             "-p CONCURRENCY '[1, 32, 128]'); notebooks without that parameter are run without it; "
+                             "PREFIX:NAME for the notebooks whose name starts with PREFIX only (-p 06:INSTANCE_COUNT 2)")
     parser.add_argument("--out", type=Path, help="folder for the executed copies (default build/executed/<profile>)")
     return parser.parse_args(argv)
 

@@ -30,6 +30,9 @@ def test_dash_p_reaches_only_the_notebooks_that_have_the_parameter(tmp_path):
     nbformat.write(nb, path)
     pairs = [["CONCURRENCY", "[1, 32, 256]"], ["INPUT_LEN", "128"], ["SMOKE", "true"]]
     assert run_notebooks.notebook_parameters(path, pairs) == {"CONCURRENCY": [1, 32, 256], "INPUT_LEN": 128}
+    # PREFIX:NAME: only the notebooks whose name starts with PREFIX; a later pair wins
+    scoped = [["07:INPUT_LEN", "1024"], ["02:CONCURRENCY", "[4]"], ["INPUT_LEN", "64"], ["07_x:INPUT_LEN", "512"]]
+    assert run_notebooks.notebook_parameters(path, scoped) == {"INPUT_LEN": 512}
 
 
 def test_gpu_trtllm_plan_leaves_out_what_its_profile_skips_and_says_why():
