@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from scripts.capacity.instance_memory import (USABLE_GPU_MEMORY_FRACTION, TritonMemoryEstimate,
+from scripts.capacity.instance_memory import (USABLE_GPU_MEMORY_FRACTION, VLLM_TOGETHER, TritonMemoryEstimate,
                                               triton_instance_memory)
 from scripts.capacity.instance_size import FRACTION_OF_FREE_ENGINES, memory_estimate_settings
 from scripts.lab.gpu_conflicts import TritonLoad, engine_only_repository, load_triton, started_triton
@@ -39,8 +39,7 @@ from scripts.profiles import Profile
 
 #: Section 9's fix for vLLM, printed by the notebook.
 ONE_INSTANCE = ("vLLM: the fix is instance_group count 1. One instance already batches max_num_seqs sequences; "
-                "instances of one model start together, and each counts the memory the others take while it "
-                "profiles as its own, so no gpu_memory_utilization makes more than one safe")
+                + VLLM_TOGETHER)
 
 #: An instance whose KV cache is below this share of the largest one's was starved by the others' start.
 STARVED_SHARE = 0.5

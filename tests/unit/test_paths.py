@@ -1,4 +1,8 @@
 """scripts.paths: every build path lives under the one build directory, wherever that is."""
+import json
+
+import pytest
+
 from scripts import paths
 
 
@@ -25,10 +29,6 @@ def test_shown_writes_machine_paths_the_same_everywhere(build_root):
 
 
 def test_read_reference_names_notebook_03_when_the_reference_is_missing(build_root):
-    import json
-
-    import pytest
-
     with pytest.raises(FileNotFoundError, match="run notebook 03 first"):
         paths.read_reference()
     paths.reference_path().parent.mkdir(parents=True, exist_ok=True)

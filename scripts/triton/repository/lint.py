@@ -18,6 +18,7 @@ from pathlib import Path
 
 from google.protobuf import text_format
 
+from scripts.capacity.instance_memory import VLLM_TOGETHER
 from scripts.triton.repository.fill_template import CONFIG, JUNK
 
 try:
@@ -200,9 +201,8 @@ def _check_vllm_gpu_instances(model: _Model) -> list[Problem]:
             line, _ = model.line(r"\bKIND_GPU\b")
             found.append(model.problem(
                 line, "vllm-instances",
-                f"instance_group count {group.count} of KIND_GPU puts {group.count} vLLM engines on each GPU: they "
-                "start together and each counts the memory the others take as its own, so all but one get a "
-                "small KV cache or none (notebook 06, section 9)",
+                f"instance_group count {group.count} of KIND_GPU puts {group.count} vLLM engines on each GPU: "
+                f"{VLLM_TOGETHER} (notebook 06, section 9)",
                 "set count: 1 (one vLLM engine batches max_num_seqs sequences); for more, add GPUs or Serve replicas"))
     return found
 

@@ -4,6 +4,7 @@ checker), and the committed files kept equal to the rendering."""
 from __future__ import annotations
 
 import copy
+import sys
 
 import pytest
 import yaml
@@ -13,6 +14,7 @@ from scripts.deploy import k8s
 from scripts.deploy.kuberay import crd_findings
 from scripts.deploy.validate import (capacity_cluster, gpu_findings, kubernetes_findings, pod_templates,
                                      podmonitor_findings, serve_config_findings)
+from scripts.envcheck import MissingComponent
 from scripts.profiles import available_profiles, load_profile
 
 PROFILES = available_profiles()
@@ -205,10 +207,6 @@ def test_pods_mount_the_claim_where_the_profile_resolves_the_build_dir(name, mon
 
 
 def test_kubernetes_findings_without_the_validator_names_the_install_step(monkeypatch):
-    import sys
-
-    from scripts.envcheck import MissingComponent
-
     monkeypatch.setitem(sys.modules, "kubernetes_validate", None)  # as on a host without the wheel
     with pytest.raises(MissingComponent, match=r"pip install kubernetes-validate==1\.37\.0"):
         kubernetes_findings({"pod": {"apiVersion": "v1", "kind": "Pod"}})
