@@ -36,7 +36,8 @@ DTYPE_BYTES: dict[str, float] = {
 }
 # The engine_config.json keys the estimate reads, per engine (the rest are paths and build options).
 _ESTIMATE_KEYS = {"tensorrt_llm": ("engine", "dtype", "max_batch_size", "max_seq_len", "tp_size", "pp_size"),
-                  "vllm": ("engine", "dtype", "max_num_seqs", "max_model_len", "tensor_parallel_size"),
+                  "vllm": ("engine", "dtype", "max_num_seqs", "max_model_len", "tensor_parallel_size",
+                           "gpu_memory_utilization"),
                   # its KV-cache fraction lives in the engine config (TensorRT-LLM's in config.pbtxt)
                   "transformers": ("engine", "dtype", "max_num_seqs", "max_model_len",
                                    "kv_cache_free_gpu_mem_fraction")}

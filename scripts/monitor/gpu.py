@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from scripts.procs.process_guard import live_group_members
+
 #: Triton's GPU metrics, as the shipped Grafana dashboard's GPU row queries them.
 TRITON_GPU_METRICS = ("nv_gpu_utilization", "nv_gpu_memory_used_bytes")
 
@@ -61,6 +63,12 @@ def memory_of(pids: Callable[[], Iterable[int]], count: int, timeout_s: float = 
             raise TimeoutError(f"{len(held)} processes hold GPU memory ({[round(b / 2**30, 1) for b in held.values()]} "
                                f"GiB), expected {count} or more, steady for {settle} looks; gave up after {timeout_s:g} s")
         time.sleep(poll_s)
+
+
+def group_memory(pgid: int, timeout_s: float = 90, measure: Callable[[], dict[int, int]] = memory_by_pid) -> int:
+    """GPU memory (bytes) that the live processes of process group ``pgid`` hold together, once steady: a
+    managed Triton's group is tritonserver with its stubs and engines."""
+    return sum(memory_of(lambda: live_group_members(pgid), 1, timeout_s=timeout_s, measure=measure))
 
 
 def exports_gpu_metrics(metrics_text: str) -> bool:

@@ -32,7 +32,8 @@ from scripts.triton.repository.fill import repository_facts
 __all__ = ["APP_NAME", "DEPLOYMENT_NAME", "BUILDER_ARGS", "TritonDeployment", "TritonReplica", "api", "app_builder",
            "config_path", "fill_serve_repository", "replica_service", "serve_repo_dir"]
 
-BUILDER_ARGS = ("profile", "model_repository", "mode", "served_model_name", "triton_model", "triton_url", "num_replicas")
+BUILDER_ARGS = ("profile", "model_repository", "mode", "served_model_name", "triton_model", "triton_url", "num_replicas",
+                "num_gpus", "max_replicas")
 
 #: What a replica calls in Triton: the ensemble (preprocessing -> engine -> postprocessing: the
 #: TensorRT-LLM contract of notebooks 02-04), or the decoupled engine model itself (token ids in and
@@ -197,12 +198,27 @@ TritonDeployment = serve.deployment(name=DEPLOYMENT_NAME)(serve.ingress(api)(Tri
 
 # -- the application --------------------------------------------------------------------------
 
-def replica_options(profile, *, attached: bool = False, num_replicas: int | None = None) -> dict[str, Any]:
+def replica_options(profile, *, attached: bool = False, num_replicas: int | None = None,
+                    num_gpus: float | None = None, max_replicas: int | None = None) -> dict[str, Any]:
     """``Deployment.options`` of the application: the profile's, with a fixed count of replicas where
-    asked (benchmarks). A replica attached to a shared Triton holds no engine, so it asks for no GPU:
+    asked (benchmarks), another ``num_gpus`` per replica (a share of one GPU: ``num_gpus: 0.5`` puts two
+    replicas on it, :mod:`scripts.capacity.gpu_sharing` checks that their engines fit) or another
+    ``max_replicas``. A replica attached to a shared Triton holds no engine, so it asks for no GPU:
     the GPU is that Triton's, and a second application asking for it would stay pending on a
     one-GPU node (``serve.run`` waits for it without end)."""
     options = deployment_options(profile)
+    if num_gpus is not None:
+        if not profile["num_gpus_per_replica"]:
+            raise ValueError(f"profile {profile.name}'s replicas ask for no GPU: num_gpus does not apply")
+        if not 0 < float(num_gpus) <= 1:
+            raise ValueError(f"num_gpus must be a share of one GPU in (0, 1], got {num_gpus!r}: a replica without "
+                             "a GPU cannot run its engine, and one that needs several asks for them whole")
+        options["ray_actor_options"] = {**options["ray_actor_options"], "num_gpus": float(num_gpus)}
+    if max_replicas is not None:
+        if int(max_replicas) < options["autoscaling_config"]["min_replicas"]:
+            raise ValueError(f"max_replicas {max_replicas!r} is below the profile's min_replicas "
+                             f"{options['autoscaling_config']['min_replicas']}")
+        options["autoscaling_config"] = {**options["autoscaling_config"], "max_replicas": int(max_replicas)}
     if num_replicas is not None:  # a fixed count instead of the profile's autoscaling
         del options["autoscaling_config"]
         options["num_replicas"] = int(num_replicas)
@@ -218,7 +234,7 @@ def app_builder(args: dict[str, Any] | None = None):
     relative paths are relative to the repository root), ``mode`` (auto | managed | in-process |
     attached), ``served_model_name``, ``triton_model`` (ensemble | engine; default the profile's
     ``serve_triton_model``), ``triton_url`` (the gRPC address of a running Triton that every replica
-    shares: mode attached).
+    shares: mode attached), ``num_replicas``, ``num_gpus``, ``max_replicas`` (:func:`replica_options`).
     """
     args = dict(args or {})
     unknown = sorted(set(args) - set(BUILDER_ARGS))
@@ -231,7 +247,8 @@ def app_builder(args: dict[str, Any] | None = None):
         raise FileNotFoundError(f"{repo} holds no filled ensemble: run notebooks 00-02 and fill_serve_repository "
                                 "(notebook 05 does)")
     mode = str(args.get("mode", "attached" if args.get("triton_url") else "auto"))
-    options = replica_options(profile, attached=mode == "attached", num_replicas=args.get("num_replicas"))
+    options = replica_options(profile, attached=mode == "attached", num_replicas=args.get("num_replicas"),
+                              num_gpus=args.get("num_gpus"), max_replicas=args.get("max_replicas"))
     return TritonDeployment.options(**options).bind(
         str(repo.resolve()), str(args.get("served_model_name") or profile["served_model_name"]),
         int(profile["serve_default_max_tokens"]), mode,

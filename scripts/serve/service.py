@@ -91,8 +91,10 @@ class LLMService:
             raise RuntimeError(f"Triton model {self.backend.info()['model']!r} is not ready")
 
     def triton_info(self, replica: str) -> dict[str, Any]:
-        """The backend's Triton (mode, URLs, PID), the replica's id and process, whether it streams."""
-        return self.backend.info() | {"replica": replica, "replica_pid": os.getpid(), "decoupled": self.facts.decoupled}
+        """The backend's Triton (mode, URLs, PID), the replica's id and process, whether it streams, and the
+        GPUs Ray gave the replica (``CUDA_VISIBLE_DEVICES``, None where Ray set none)."""
+        return self.backend.info() | {"replica": replica, "replica_pid": os.getpid(), "decoupled": self.facts.decoupled,
+                                      "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
     def close(self) -> None:
         """Stop the backend's Triton (once, however often this is called)."""

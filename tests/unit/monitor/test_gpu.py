@@ -2,6 +2,8 @@
 command line it is asked, the parsing, the sampler's thread and what it keeps."""
 import os
 import stat
+import subprocess
+import sys
 import time
 
 import pytest
@@ -100,3 +102,13 @@ def test_plot_activity_draws_each_gpu(fake_smi):
     util, mem = fig.axes
     assert [line.get_label() for line in util.get_lines() if not line.get_label().startswith("_")] == ["GPU 0", "GPU 1"]
     assert max(mem.get_lines()[0].get_ydata()) == pytest.approx(3000 / 1024)  # the third call: 3000 MiB, in GiB
+
+
+def test_group_memory_adds_up_what_the_live_processes_of_a_group_hold():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+    try:
+        held = {child.pid: 3 * 2**30, 999_999_999: 5 * 2**30}  # the second is another group's process
+        assert gpu.group_memory(child.pid, measure=lambda: held) == 3 * 2**30
+    finally:
+        child.kill()
+        child.wait()

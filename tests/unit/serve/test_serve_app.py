@@ -345,3 +345,16 @@ def test_a_replica_attached_to_a_shared_triton_asks_for_no_gpu():
     assert attached["ray_actor_options"] == {"num_cpus": gpu["serve_num_cpus_per_replica"], "num_gpus": 0}
     assert attached["num_replicas"] == 2 and "autoscaling_config" not in attached
     assert serve_app.replica_options(gpu)["ray_actor_options"]["num_gpus"] == 1  # the profile's options are left as they were
+
+
+def test_a_share_of_one_gpu_and_another_max_replicas():
+    gpu = load_profile("gpu-vllm")
+    shared = serve_app.replica_options(gpu, num_gpus=0.5, max_replicas=2)
+    assert shared["ray_actor_options"]["num_gpus"] == 0.5 and shared["autoscaling_config"]["max_replicas"] == 2
+    assert serve_app.deployment_options(gpu)["autoscaling_config"]["max_replicas"] == gpu["serve_max_replicas"]
+    with pytest.raises(ValueError, match=r"share of one GPU in \(0, 1\]"):
+        serve_app.replica_options(gpu, num_gpus=0)
+    with pytest.raises(ValueError, match="below the profile's min_replicas"):
+        serve_app.replica_options(gpu, max_replicas=0)
+    with pytest.raises(ValueError, match="ask for no GPU"):
+        serve_app.replica_options(load_profile("cpu"), num_gpus=0.5)

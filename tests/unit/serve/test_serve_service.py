@@ -184,10 +184,13 @@ def test_models_lists_the_served_model():
     assert [m["id"] for m in listed] == ["tiny-llama"] and listed[0]["owned_by"] == "triton"
 
 
-def test_triton_info_adds_the_replica_to_the_backends_facts():
+def test_triton_info_adds_the_replica_and_its_gpus_to_the_backends_facts(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     info = fake_service(decoupled=False).triton_info("replica-1")
     assert info == {"mode": "fake", "model": "ensemble", "replica": "replica-1", "replica_pid": os.getpid(),
-                    "decoupled": False}
+                    "decoupled": False, "cuda_visible_devices": "0"}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert fake_service().triton_info("replica-1")["cuda_visible_devices"] is None
 
 
 def test_close_stops_triton_once():
