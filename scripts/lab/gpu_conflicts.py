@@ -60,11 +60,16 @@ def gpu_free_bytes(index: int = 0) -> int:
     return gpu["total_bytes"] - gpu["used_bytes"]
 
 
-def replica_reports(base_url: str, app: str, replicas: int, timeout_s: float = 60) -> list[dict]:
+def replica_reports(base_url: str, app: str, replicas: int, timeout_s: float = 60, retry_s: float = 0.5) -> list[dict]:
     """The report of each of the ``replicas`` running replicas of ``app``, asked over HTTP through
     Serve's proxy (``GET {base_url}/{app}`` until every replica has answered once; a notebook's kernel
     runs an event loop, in which a deployment handle's blocking ``.result()`` is refused), in a stable
-    order: by node, then by replica id."""
+    order: by node, then by replica id.
+
+    A connection closed without a response is asked again: Serve runs a proxy on the head node and on
+    every node with replicas, and drains the others. Two Ray nodes on one host (section 7) share the HTTP
+    port (Serve's proxies bind it with SO_REUSEPORT), so the kernel can hand a request to the proxy of a
+    node that just lost its last replica, which closes the connection; the next one reaches a live proxy."""
     import requests  # noqa: PLC0415
 
     seen: dict[str, dict] = {}
@@ -72,7 +77,11 @@ def replica_reports(base_url: str, app: str, replicas: int, timeout_s: float = 6
     while len(seen) < replicas:
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {len(seen)} of {replicas} replicas of {app!r} answered in {timeout_s:g} s")
-        response = requests.get(f"{base_url}/{app}", timeout=timeout_s)
+        try:
+            response = requests.get(f"{base_url}/{app}", timeout=timeout_s)
+        except requests.ConnectionError:
+            time.sleep(retry_s)
+            continue
         response.raise_for_status()
         report = response.json()
         seen[report["replica"]] = report

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 
 from scripts.lab import gpu_conflicts as gc
 from scripts.lab.gpu_probe import POLICIES, claim_engine_memory, visibility
@@ -131,3 +132,39 @@ def test_failure_reason_is_the_last_exception_line():
                                        "GPU 0 has a total capacity of 139.80 GiB")
     assert deploy_failed(AppState("a", "DEPLOY_FAILED", "d", "DEPLOY_FAILED"))
     assert not deploy_failed(AppState("a", "RUNNING", "d", "HEALTHY"))
+
+
+class _Reply:
+    def __init__(self, report):
+        self.report = report
+
+    def raise_for_status(self):
+        pass
+
+    def json(self):
+        return self.report
+
+
+def test_replica_reports_asks_again_when_a_draining_proxy_closes_the_connection(monkeypatch):
+    # the first request lands on the proxy of a node without replicas, which Serve drains
+    answers = iter([requests.ConnectionError("Remote end closed connection without response"),
+                    {"replica": "b", "node_id": "n1"}, {"replica": "a", "node_id": "n1"}])
+
+    def get(url, timeout):
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return _Reply(answer)
+
+    monkeypatch.setattr(requests, "get", get)
+    reports = gc.replica_reports("http://127.0.0.1:1", "spread", 2, retry_s=0)
+    assert [r["replica"] for r in reports] == ["a", "b"]
+
+
+def test_replica_reports_gives_up_with_what_answered(monkeypatch):
+    def get(url, timeout):
+        raise requests.ConnectionError("refused")
+
+    monkeypatch.setattr(requests, "get", get)
+    with pytest.raises(TimeoutError, match="only 0 of 1 replicas of 'spread' answered"):
+        gc.replica_reports("http://127.0.0.1:1", "spread", 1, timeout_s=0.05, retry_s=0.01)
