@@ -26,10 +26,13 @@ from scripts.profiles import Profile
 from scripts.triton.backends import IN_SERVER, IN_STUBS
 
 #: Triton's log lines that say why a model did not load.
-_REASON = re.compile(r"(out of memory|OutOfMemory|UNAVAILABLE|failed to load|Free memory on device|"
-                     r"memory for the cache blocks|Error in memory profiling)")
+_ROOT_CAUSE = re.compile(r"(out of memory|OutOfMemory|Free memory on device|memory for the cache blocks|"
+                         r"Error in memory profiling)")
+_REASON = re.compile(r"(UNAVAILABLE|failed to load)")
+# Triton's informational lines (I1206 ...) and vLLM's (through the stub: "(EngineCore pid=12) INFO 12-06 ...")
+_INFO_LINE = re.compile(r"^I\d{4} |\b(INFO|DEBUG) \d\d-\d\d ")
 _LOAD_ERROR = re.compile(r"(out of memory|OutOfMemory|failed to load|UNAVAILABLE|[Ee]rror:|no GPU|GPU.*not|CUDA|"
-                         r"Free memory on device|memory for the cache blocks)")
+                         r"Free memory on device|memory for the cache blocks|Error in memory profiling)")
 
 
 def gpu_skip_reason(profile: Profile, smi: Callable[[], list[dict]] | None = None) -> str | None:
@@ -167,18 +170,22 @@ class TritonLoad:
 
 
 def error_lines(log: str, limit: int = 6) -> list[str]:
-    """The lines of a Triton log that say why a model did not load (timestamps cut, deduplicated):
-    the model's own reasons (out of memory, UNAVAILABLE, failed to load) first, then the last other
-    error line (the server's verdict)."""
+    """The lines of a Triton log that say why a model did not load (timestamps cut, deduplicated): the
+    root causes first (out of memory, vLLM's memory refusals), then the model's other reasons (UNAVAILABLE,
+    failed to load), then the last other error line (the server's verdict). Informational lines are
+    skipped: Triton's ``I`` lines, and vLLM's ``INFO`` lines, which talk of memory at every start
+    ("Free memory on device (138.13/139.8 GiB) on startup ...")."""
+    roots: list[str] = []
     reasons: list[str] = []
     others: list[str] = []
     for line in log.splitlines():
-        if _LOAD_ERROR.search(line):
-            text = re.sub(r"^[EIW]\d{4} [\d:.]+ \d+ [\w.]+:\d+\] ", "", line.strip())[:400]
-            target = reasons if _REASON.search(text) else others
-            if text not in target:
-                target.append(text)
-    return reasons[-(limit - 1):] + others[-1:] if others else reasons[-limit:]
+        if _INFO_LINE.search(line) or not _LOAD_ERROR.search(line):
+            continue
+        text = re.sub(r"^[EIW]\d{4} [\d:.]+ \d+ [\w.]+:\d+\] ", "", line.strip())[:400]
+        target = roots if _ROOT_CAUSE.search(text) else reasons if _REASON.search(text) else others
+        if text not in target:
+            target.append(text)
+    return (roots + reasons)[:limit - 1 if others else limit] + others[-1:]
 
 
 def load_triton(repo: Path, timeout_s: float = 300,

@@ -147,3 +147,22 @@ def test_instances_together_names_the_starved_engine(gpu_vllm, tmp_path, monkeyp
     balanced = vm.Instances(2, 0.45, together.load, [vm.EngineStart(1, 100), vm.EngineStart(2, 90)])
     assert not balanced.starved and "got less than" not in balanced.format()
     assert not vm.Instances(1, 0.9, together.load, []).starved
+
+
+def test_error_lines_skip_vllms_info_lines_and_keep_the_root_cause():
+    # instance_group count 2 at 0.9 on an H200: the engine that started well logs an INFO line about memory;
+    # the other one's reason lies further up than the server's generic failures
+    log = ("(EngineCore pid=7) ERROR 12-06 22:56:40 [core.py:1] ValueError: No available memory for the cache blocks. "
+           "Try increasing `gpu_memory_utilization` when initializing the engine.\n"
+           "(EngineCore pid=6) INFO 12-06 22:56:51 [gpu_worker.py:857] Free memory on device (138.13/139.8 GiB) on "
+           "startup. Desired GPU memory utilization is (0.9, 125.82 GiB). Actual usage is 2.32 GiB for weight\n"
+           "I1206 22:56:52.0 12 model_lifecycle.cc:1] loading: vllm_engine:1\n"
+           "E1206 22:56:53.0 12 model_lifecycle.cc:1] failed to load 'vllm_engine' version 1: Internal: RuntimeError: "
+           "Engine core initialization failed. See root cause above.\n"
+           "E1206 22:56:53.1 12 model_lifecycle.cc:1] failed to load 'vllm_engine'\n"
+           "E1206 22:56:53.2 12 model_repository_manager.cc:1] | vllm_engine | 1 | UNAVAILABLE: Internal |\n"
+           "E1206 22:56:53.3 12 main.cc:1] error: creating server: Internal - failed to load all models\n")
+    lines = gc.error_lines(log, limit=3)
+    assert lines[0].startswith("(EngineCore pid=7) ERROR") and "No available memory for the cache blocks" in lines[0]
+    assert not any("INFO" in line for line in gc.error_lines(log))
+    assert gc.error_lines("(EngineCore pid=6) INFO 12-06 22:56:51 [gpu_worker.py:857] Free memory on device\n") == []
