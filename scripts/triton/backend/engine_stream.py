@@ -93,21 +93,26 @@ def instance_gpu_env(instance_kind: str | None, device_id: str | int | None, vis
 
 class ChunkBuffer:
     """Streamed deltas joined into chunks of at least ``interval`` new tokens: vLLM's per-request
-    ``stream_interval``, done by the backend for a vLLM whose ``SamplingParams`` lacks it (0.26).
-    ``add`` returns ``(token_ids, text)`` when a chunk is due, else None; ``flush`` returns the rest."""
+    ``stream_interval``, done by the backend for a vLLM whose ``SamplingParams`` lacks it (0.26). As in
+    vLLM (``vllm/v1/engine/output_processor.py``, 0.32), the first token goes out at once, so the interval
+    costs no time to first token. ``add`` returns ``(token_ids, text)`` when a chunk is due, else None;
+    ``flush`` returns the rest."""
 
     def __init__(self, interval: int):
         self.interval = max(1, int(interval))
         self.ids: list[int] = []
         self.text = ""
+        self.sent = False
 
     def add(self, token_ids: Sequence[int], text: str, finished: bool = False) -> tuple[list[int], str] | None:
         self.ids += list(token_ids)
         self.text += text
-        return self.flush() if finished or len(self.ids) >= self.interval else None
+        due = finished or len(self.ids) >= self.interval or (not self.sent and self.ids)
+        return self.flush() if due else None
 
     def flush(self) -> tuple[list[int], str] | None:
         if not (self.ids or self.text):
             return None
         chunk, self.ids, self.text = (self.ids, self.text), [], ""
+        self.sent = True
         return chunk

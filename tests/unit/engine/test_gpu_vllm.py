@@ -122,12 +122,14 @@ def test_without_flashinfer_vllm_samples_with_its_own_sampler(monkeypatch):
     assert "VLLM_USE_FLASHINFER_SAMPLER" not in engine.vllm_environment({})
 
 
-def test_the_backend_joins_deltas_into_chunks_of_the_interval():
+def test_the_backend_joins_deltas_into_chunks_of_the_interval_after_the_first_token():
     from scripts.triton.backend.engine_stream import ChunkBuffer
 
     buffer = ChunkBuffer(3)
-    got = [buffer.add([i], f"t{i}") for i in range(4)]
-    assert got == [None, None, ([0, 1, 2], "t0t1t2"), None]
-    assert buffer.add([4], "t4", finished=True) == ([3, 4], "t3t4") and buffer.flush() is None
+    got = [buffer.add([i], f"t{i}") for i in range(5)]
+    assert got == [([0], "t0"), None, None, ([1, 2, 3], "t1t2t3"), None]  # the first token at once, as vLLM does
+    assert buffer.add([5], "t5", finished=True) == ([4, 5], "t4t5") and buffer.flush() is None
+    late = ChunkBuffer(3)
+    assert late.add([], "") is None and late.add([9, 10], "ab") == ([9, 10], "ab")  # the first tokens, whenever they come
     one = ChunkBuffer(1)
     assert one.add([], "") is None and one.add([7], "x") == ([7], "x")
