@@ -7,12 +7,48 @@
 #       copies this checkout to WORK/src, installs the wheels into WORK/site + WORK/venv, and runs the
 #       notebooks one by one in the background (setsid: the run outlives the shell that starts it),
 #       each with its own log under WORK/logs; a notebook that fails does not stop the next one.
+#   env/gpu_host.sh rerun PROFILE WORK NOTEBOOK... [-- run_notebooks options]
+#       runs notebooks again on what start installed and built (a notebook that failed, once its cause
+#       is fixed or to see whether it was the timing), in the background as start does; an earlier
+#       copy and log of a notebook are kept beside the new ones, numbered (06.1.log, executed/1/...).
 #   env/gpu_host.sh collect WORK DEST
 #       packs what the run has made so far (executed notebooks, logs, build/ without weights) into
 #       DEST/run.tgz, and prints the progress.
 set -u
-cmd=${1:?usage: env/gpu_host.sh start|collect ...}
+cmd=${1:?usage: env/gpu_host.sh start|rerun|collect ...}
 shift
+
+# The notebooks, one by one, each with its own log, in the background (setsid: the run outlives the shell
+# that starts it). Arguments: WORK PROFILE NOTEBOOK... -- OPTIONS; with INSTALL_FROM set, the wheels first.
+run_in_background() {
+    setsid bash -c '
+        work=$1 profile=$2; shift 2
+        cd "$work/src" || exit 1
+        nb=(); while [ "$1" != "--" ]; do nb+=("$1"); shift; done; shift
+        if [ -n "${INSTALL_FROM:-}" ]; then
+            start=$(date +%s)
+            python3 env/wheelhouse.py install --from "$INSTALL_FROM"/part* --target "$work/site" \
+                --venv "$work/venv" --repo "$work/src" >"$work/logs/install.log" 2>&1 \
+                || { echo "install failed: see install.log" >>"$work/logs/summary"; exit 1; }
+            echo "install $(( $(date +%s) - start )) s" >>"$work/logs/summary"
+        fi
+        export PATH="$work/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$work/build"
+        for n in "${nb[@]}"; do
+            if [ -e "$work/logs/$n.log" ]; then  # a rerun: keep the earlier log and copy, numbered
+                i=1; while [ -e "$work/logs/$n.$i.log" ]; do i=$((i + 1)); done
+                mv "$work/logs/$n.log" "$work/logs/$n.$i.log"
+                mkdir -p "$work/executed/$i"
+                for f in "$work/executed/$n"_*.ipynb; do [ -e "$f" ] && mv "$f" "$work/executed/$i/"; done
+            fi
+            t=$(date +%s)
+            echo "$n running since $(date -u +%T)" >>"$work/logs/summary"
+            python -m scripts.lab.run_notebooks --profile "$profile" --only "$n" \
+                --out "$work/executed" "$@" >"$work/logs/$n.log" 2>&1
+            echo "$n rc=$? $(( $(date +%s) - t )) s" >>"$work/logs/summary"
+        done
+        echo "done" >>"$work/logs/summary"
+    ' gpu_host "$@" </dev/null >>"$1/logs/pipeline.log" 2>&1 &
+}
 
 case "$cmd" in
 start)
@@ -27,28 +63,18 @@ start)
     # the checkout, without the wheel parts or anything built here
     tar --exclude='./.whl*' --exclude='./build' --exclude='./.venv' --exclude='./.git' -cf - . \
         | tar -xf - -C "$work/src"
-    args=("$@")
-    setsid bash -c '
-        work=$1 profile=$2 parts=$3; shift 3
-        cd "$work/src" || exit 1
-        nb=(); while [ "$1" != "--" ]; do nb+=("$1"); shift; done; shift
-        start=$(date +%s)
-        python3 env/wheelhouse.py install --from "$parts"/part* --target "$work/site" \
-            --venv "$work/venv" --repo "$work/src" >"$work/logs/install.log" 2>&1 \
-            || { echo "install failed: see install.log" >>"$work/logs/summary"; exit 1; }
-        echo "install $(( $(date +%s) - start )) s" >>"$work/logs/summary"
-        export PATH="$work/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$work/build"
-        for n in "${nb[@]}"; do
-            t=$(date +%s)
-            echo "$n running since $(date -u +%T)" >>"$work/logs/summary"
-            python -m scripts.lab.run_notebooks --profile "$profile" --only "$n" \
-                --out "$work/executed" "$@" >"$work/logs/$n.log" 2>&1
-            echo "$n rc=$? $(( $(date +%s) - t )) s" >>"$work/logs/summary"
-        done
-        echo "done" >>"$work/logs/summary"
-    ' gpu_host "$work" "$profile" "$parts" "${notebooks[@]}" -- "${args[@]}" \
-        </dev/null >"$work/logs/pipeline.log" 2>&1 &
+    INSTALL_FROM=$parts run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
     echo "started: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
+    ;;
+rerun)
+    profile=$1 work=$2
+    shift 2
+    notebooks=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do notebooks+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    [ -x "$work/venv/bin/python" ] || { echo "$work has no installed run: env/gpu_host.sh start first" >&2; exit 2; }
+    INSTALL_FROM= run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
+    echo "rerun: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
     ;;
 collect)
     work=$1 dest=$2
@@ -60,7 +86,7 @@ collect)
     ls -la "$dest/run.tgz"
     ;;
 *)
-    echo "unknown command $cmd: start or collect" >&2
+    echo "unknown command $cmd: start, rerun or collect" >&2
     exit 2
     ;;
 esac

@@ -83,3 +83,29 @@ def test_collect_packs_notebooks_logs_and_build_without_weights(tmp_path):
         names = sorted(tar.getnames())
     assert names == ["build/models/m/config.json", "build/results/07.json", "executed/07_benchmark_and_monitor.ipynb",
                      "logs/summary"]
+
+
+def test_rerun_runs_notebooks_again_on_the_installed_run_and_keeps_the_earlier_copy(tmp_path):
+    src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
+    (parts / "part1").mkdir(parents=True)
+    (parts / "part1" / "a.whl").write_text("")
+    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00", "06"], cwd=src, check=True,
+                   timeout=30)
+    summary_when_done(work)
+    (work / "executed").mkdir(exist_ok=True)
+    (work / "executed" / "06_troubleshoot_gpu_resources.ipynb").write_text("the first try")
+    (work / "logs" / "summary").write_text("")
+    subprocess.run(["bash", str(SCRIPT), "rerun", "gpu-vllm", str(work), "06", "--", "-p", "06:INSTANCE_COUNT", "2"],
+                   check=True, timeout=30)
+    text = summary_when_done(work)
+    assert "06 rc=0" in text and "install" not in text  # nothing installed again
+    assert (work / "logs" / "06.log").read_text().strip() == str(
+        ["--profile", "gpu-vllm", "--only", "06", "--out", str(work / "executed"), "-p", "06:INSTANCE_COUNT", "2"])
+    assert (work / "logs" / "06.1.log").read_text().strip().startswith("['--profile', 'gpu-vllm', '--only', '06'")
+    assert (work / "executed" / "1" / "06_troubleshoot_gpu_resources.ipynb").read_text() == "the first try"
+
+
+def test_rerun_needs_an_installed_run(tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), "rerun", "gpu-vllm", str(tmp_path / "nothing"), "06"],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "env/gpu_host.sh start first" in done.stderr
