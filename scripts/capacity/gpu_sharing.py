@@ -14,13 +14,12 @@ used, not as its own (unlike instances of one Triton model, which start together
 from __future__ import annotations
 
 import copy
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from scripts.capacity.instance_memory import TritonMemoryEstimate, triton_instance_memory
-from scripts.capacity.instance_size import memory_estimate_settings
+from scripts.capacity.instance_size import memory_estimate_settings, profile_model_config
 from scripts.capacity.units import CapacityConfigError, is_number
 from scripts.profiles import Profile
 
@@ -89,8 +88,7 @@ def gpu_sharing(profile: Profile, share: float, gpu_memory_bytes: int | None = N
                                   "(tensor parallelism): its replicas cannot share one")
     if gpu_memory_bytes is None:
         raise CapacityConfigError("the GPU's memory is needed to check that the engines fit: pass gpu_memory_bytes")
-    engine = memory_estimate_settings(profile)
-    if model_config is None:
-        model_config = json.loads((profile.path("model_dir") / "config.json").read_text())
-    memory = triton_instance_memory(engine, 1, gpu_memory_bytes, model_config, replicas_per_gpu=per_gpu)
+    memory = triton_instance_memory(memory_estimate_settings(profile), 1, gpu_memory_bytes,
+                                    profile_model_config(profile) if model_config is None else model_config,
+                                    replicas_per_gpu=per_gpu)
     return GpuSharing(profile.name, share, per_gpu, profile["serve_max_replicas"] * per_gpu, memory)

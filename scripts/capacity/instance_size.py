@@ -12,6 +12,7 @@ be free before an instance starts is weights + activations; ``vllm`` reserves al
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -48,6 +49,11 @@ def memory_estimate_settings(profile: Profile) -> dict[str, Any]:
     the memory estimate reads: the engine, dtype, batch and length limits, parallelism."""
     settings = engine_settings(profile)
     return {key: settings[key] for key in _ESTIMATE_KEYS[settings["engine"]] if key in settings}
+
+
+def profile_model_config(profile: Profile) -> dict[str, Any]:
+    """The ``config.json`` of ``profile``'s model (the estimate's layer and head counts)."""
+    return json.loads((profile.path("model_dir") / "config.json").read_text())
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,7 @@ _ROOT_CAUSE = re.compile(r"(out of memory|OutOfMemory|Free memory on device|memo
 _REASON = re.compile(r"(UNAVAILABLE|failed to load)")
 # Triton's informational lines (I1206 ...) and vLLM's (through the stub: "(EngineCore pid=12) INFO 12-06 ...")
 _INFO_LINE = re.compile(r"^I\d{4} |\b(INFO|DEBUG) \d\d-\d\d ")
-_LOAD_ERROR = re.compile(r"(out of memory|OutOfMemory|failed to load|UNAVAILABLE|[Ee]rror:|no GPU|GPU.*not|CUDA|"
-                         r"Free memory on device|memory for the cache blocks|Error in memory profiling)")
+_LOAD_ERROR = re.compile(rf"{_ROOT_CAUSE.pattern}|{_REASON.pattern}|[Ee]rror:|no GPU|GPU.*not|CUDA")
 
 
 def gpu_skip_reason(profile: Profile, smi: Callable[[], list[dict]] | None = None) -> str | None:

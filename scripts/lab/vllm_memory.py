@@ -23,7 +23,6 @@ The checker's prediction for each comes from :func:`estimate` (:mod:`scripts.cap
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from pathlib import Path
 
 from scripts.capacity.instance_memory import (USABLE_GPU_MEMORY_FRACTION, VLLM_TOGETHER, TritonMemoryEstimate,
                                               triton_instance_memory)
-from scripts.capacity.instance_size import FRACTION_OF_FREE_ENGINES, memory_estimate_settings
+from scripts.capacity.instance_size import FRACTION_OF_FREE_ENGINES, memory_estimate_settings, profile_model_config
 from scripts.lab.gpu_conflicts import TritonLoad, engine_only_repository, load_triton, started_triton
 from scripts.monitor.gpu import memory_by_pid
 from scripts.profiles import Profile
@@ -63,8 +62,8 @@ def estimate(profile: Profile, utilization: float, gpu_bytes: int, instances: in
     profile's vLLM engine, each reserving ``utilization`` of a GPU of ``gpu_bytes``."""
     _require_vllm(profile)
     engine = memory_estimate_settings(profile) | {"gpu_memory_utilization": utilization}
-    model = json.loads((profile.path("model_dir") / "config.json").read_text())
-    return triton_instance_memory(engine, instances, gpu_bytes, model, replicas_per_gpu=replicas_per_gpu,
+    return triton_instance_memory(engine, instances, gpu_bytes, profile_model_config(profile),
+                                  replicas_per_gpu=replicas_per_gpu,
                                   parallel_loading=True)  # a Triton's vLLM instances start together
 
 
