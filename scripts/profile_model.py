@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, model_validator
 
 NonNegative = Annotated[int | float, Field(ge=0)]
 Fraction = Annotated[float, Field(gt=0, le=1)]
@@ -86,6 +86,9 @@ class VllmEngine(PythonBackendEngine):
     engine_start_method: StartMethod = described(
         "how the engine starts its processes: spawn, fork (copies Triton's model process; CPU only) or auto "
         "(vLLM's choice)", "spawn")
+    engine_response_threads: NonNegativeInt = described(
+        "threads that hand the engine model's responses to Triton (0: its event loop does; "
+        "scripts/triton/backend/outbox.py)", 0)
     gpu_memory_utilization: Fraction | None = described(
         "the share of the GPU's total memory vLLM takes (weights, activations, CUDA graphs, KV cache); unset on a CPU",
         None)

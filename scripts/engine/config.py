@@ -30,7 +30,8 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32")
 #: CUDA has not started in the parent, and spawns otherwise).
 #: This tutorial's settings in a vLLM ``model.json`` and engine config (not vLLM engine arguments),
 #: with the value each takes where a config lacks it.
-VLLM_OWN_DEFAULTS = {"kv_cache_space_gib": 1, "start_method": "spawn"}
+#: ``response_threads``: who hands the engine model's responses to Triton (scripts.triton.backend.outbox).
+VLLM_OWN_DEFAULTS = {"kv_cache_space_gib": 1, "start_method": "spawn", "response_threads": 0}
 VLLM_OWN_KEYS = tuple(VLLM_OWN_DEFAULTS)
 #: the worker a forked engine runs, as vLLM's ``worker_cls`` names it (that module imports vLLM)
 FORKED_WORKER_CLS = "scripts.engine.forked_worker.ForkedCPUWorker"
@@ -72,6 +73,7 @@ def engine_settings(profile: Profile) -> dict[str, Any]:
             "seed": int(profile["seed"]),
             "enforce_eager": profile["enforce_eager"],
             "start_method": profile["engine_start_method"],
+            "response_threads": int(profile["engine_response_threads"]),
         } | vllm_gpu_settings(profile)
     if profile.engine == "transformers":
         return common | {

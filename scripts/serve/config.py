@@ -30,7 +30,7 @@ def serve_repo_dir(profile: Profile) -> Path:
 
 
 def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None,
-                          output_dir: Path | None = None) -> dict[str, Any]:
+                          output_dir: Path | None = None, engine_dir: Path | None = None) -> dict[str, Any]:
     """Fill the repository the replicas load. Streaming needs the engine (and so the ensemble) to
     be decoupled: a model that is not may send only one response per request.
 
@@ -40,10 +40,11 @@ def fill_serve_repository(profile: Profile, settings: RepoSettings | None = None
     "Delayed Batching"), which buys nothing for a decoupled engine that adds every arriving request
     to its running batch at the next step, and costs each request that time before its first token
     (notebook 07: the engine model's TTFT at concurrency 1, about 10 ms more with 10,000).
-    ``output_dir``: another place than :func:`serve_repo_dir` (notebook 07's larger model)."""
+    ``output_dir``: another place than :func:`serve_repo_dir` (notebook 07's larger model); ``engine_dir``:
+    another engine config than the profile's (scripts.bench.response_threads)."""
     settings = settings or RepoSettings.for_profile(
         profile, decoupled_mode=True, max_queue_delay_microseconds=profile["serve_max_queue_delay_microseconds"])
-    return fill_for_profile(profile, settings, output_dir=output_dir or serve_repo_dir(profile))
+    return fill_for_profile(profile, settings, output_dir=output_dir or serve_repo_dir(profile), engine_dir=engine_dir)
 
 
 def deployment_options(profile: Profile) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from scripts.engine.config import (VLLM_OWN_DEFAULTS, VLLM_OWN_KEYS, read_engine
 from scripts.model.tokenizer import load_tokenizer
 from scripts.triton.backend.engine_stream import (ChunkBuffer, instance_gpu_env, sampling_from_json, stream_interval,
                                                   token_out_sampling)
+from scripts.triton.backend.outbox import Outbox
 from scripts.triton.backend.request_handling import (check_prompt_bytes, check_prompt_text, check_request_size,
                                                      decode_texts, engine_request, longest_token_bytes, model_parameter)
 
@@ -106,6 +107,9 @@ class TritonPythonModel:
         self.max_model_len = int(kwargs.get("max_model_len") or 0)
         self.tokenizer = load_tokenizer(kwargs.get("tokenizer") or kwargs["model"])
         self.longest_token = longest_token_bytes(self.tokenizer)
+        # who sends the responses to Triton: the event loop itself (0) or threads of their own (outbox.py says why)
+        self.outbox = Outbox(int(config.get("response_threads", VLLM_OWN_DEFAULTS["response_threads"])),
+                             pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="vllm-loop", daemon=True)
         self.thread.start()
@@ -135,6 +139,7 @@ class TritonPythonModel:
                                                         scheduler_gauges(self.gauges))).result()
         except BaseException:  # no finalize() follows a failed initialize(): let the metrics go here
             self.engine = None
+            self.outbox.close()
             self._stop_loop()
             raise
         finally:
@@ -157,7 +162,6 @@ class TritonPythonModel:
     async def _handle(self, request):
         sender = request.get_response_sender()
         request_id = uuid.uuid4().hex
-        final = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
         try:
             if self.token_mode:
                 prompt, sampling, stream, exclude = self._token_request(request)
@@ -166,35 +170,34 @@ class TritonPythonModel:
             interval = sampling.pop("stream_interval", None) if self.own_interval else None
             params = self.SamplingParams(**sampling)
         except (ValueError, TypeError) as exc:  # TypeError: a sampling key this vLLM does not know
-            sender.send(invalid(str(exc)), flags=final)
+            self.outbox.stream(sender, None).send(invalid(str(exc)))
             return
         if stream and not self.decoupled:
-            sender.send(invalid("stream=true needs a decoupled model: fill the templates with decoupled_mode true"), flags=final)
+            self.outbox.stream(sender, None).send(invalid("stream=true needs a decoupled model: fill the templates with decoupled_mode true"))
             return
         params.output_kind = self.OutputKind.DELTA if stream else self.OutputKind.FINAL_ONLY
         self.active.add(request_id)
         self.running.set(len(self.active))
         chunks = ChunkBuffer(interval or 1)
+        out_stream = self.outbox.stream(sender, lambda ids, text: self._response(prompt, ids, text, exclude_prompt=True))
         try:
             async for out in self.engine.generate(prompt, params, request_id):
-                if request.is_cancelled():
+                if out_stream.cancelled:
                     await self.engine.abort(request_id)
                     self.cancelled.increment(1)
-                    sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("request cancelled")), flags=final)
+                    out_stream.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("request cancelled")))
                     return
                 completion = out.outputs[0]
                 if stream:
                     chunk = chunks.add(completion.token_ids, completion.text, finished=out.finished)
                     if chunk:
-                        sender.send(self._response(prompt, *chunk, exclude_prompt=True))
+                        out_stream.put(*chunk, final=out.finished)
                 elif out.finished:
-                    sender.send(self._response(prompt, completion.token_ids, completion.text, exclude_prompt=exclude),
-                                flags=final)
+                    out_stream.send(self._response(prompt, completion.token_ids, completion.text, exclude_prompt=exclude))
                     return
-            if stream:
-                sender.send(flags=final)
+            out_stream.finish()
         except Exception as exc:  # the engine rejected the request: tell the client, keep serving
-            sender.send(invalid(f"{type(exc).__name__}: {exc}"), flags=final)
+            out_stream.send(invalid(f"{type(exc).__name__}: {exc}"))
         finally:
             self.active.discard(request_id)
             self.running.set(len(self.active))
@@ -249,6 +252,7 @@ class TritonPythonModel:
         try:
             self.submit(stop()).result(timeout=30)
         finally:
+            self.outbox.close()
             self._stop_loop()
 
     def _stop_loop(self):
