@@ -17,7 +17,9 @@ Needs the engine built and the model made (notebooks 00-01).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -73,10 +75,27 @@ def stub_pid(server_pid: int, model: str = ENGINE_STUB_MODEL) -> int | None:
     return None
 
 
+def py_spy_binary() -> str | None:
+    """The ``py-spy`` program: on PATH, else where its wheel put it. ``env/wheelhouse.py install`` installs
+    with ``pip --target``, which puts programs in ``TARGET/bin``, not on the venv's PATH."""
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    try:
+        dist = importlib.metadata.distribution("py-spy")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    for file in dist.files or []:
+        path = Path(dist.locate_file(file)).resolve()
+        if file.name == "py-spy" and path.is_file() and os.access(path, os.X_OK):
+            return str(path)
+    return None
+
+
 def sample_stub(pid: int, seconds: int, out: Path) -> threading.Thread:
     """``py-spy record`` of ``pid`` for ``seconds`` (raw collapsed stacks, threads apart) into ``out``, in a
     thread; what py-spy says when it cannot attach lands in ``out`` with ``.log``."""
-    py_spy = shutil.which("py-spy")
+    py_spy = py_spy_binary()
 
     def record() -> None:
         if py_spy is None:

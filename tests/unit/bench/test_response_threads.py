@@ -1,5 +1,7 @@
 """The response_threads comparison: one repository per count, each engine config differing in that
 count alone, and the py-spy summary it prints."""
+from pathlib import Path
+
 import pytest
 
 from scripts.bench import response_threads as rt
@@ -45,3 +47,11 @@ def test_top_frames_sums_the_innermost_frames_of_py_spy_raw_stacks(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     assert rt.top_frames(empty) == []
+
+
+def test_py_spy_is_found_where_its_wheel_put_it_when_it_is_not_on_path(monkeypatch):
+    on_path = rt.py_spy_binary()
+    assert on_path is not None  # the venv has it: ray[default] depends on it
+    monkeypatch.setattr(rt.shutil, "which", lambda name: None)
+    found = rt.py_spy_binary()
+    assert found is not None and Path(found).resolve() == Path(on_path).resolve()
