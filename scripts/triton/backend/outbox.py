@@ -76,7 +76,7 @@ class ResponseStream:
 
     @property
     def cancelled(self) -> bool:
-        if self.queue is None:
+        if self.queue is None and not self._cancelled:
             return self.sender.is_cancelled()
         return self._cancelled
 
@@ -123,6 +123,7 @@ class ResponseStream:
                     self._cancelled = self.sender.is_cancelled()
             except Exception as exc:  # the request is gone on Triton's side: say so, keep the others going
                 self.closed = True
+                self._cancelled = True  # the loop then aborts it in the engine, which frees its KV cache
                 print(f"vllm backend: a response could not be sent ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
 
 

@@ -105,6 +105,7 @@ def test_threads_read_cancellation_after_each_send_and_drop_what_follows_a_faile
     gone.put([1], "a")
     gone.put([2], "b")
     wait_for(lambda: gone.closed)
+    assert gone.cancelled  # the engine model aborts a request whose responses can no longer be sent
     other = Sender()
     ok = outbox.stream(other, respond)
     ok.put([3], "c", final=True)
@@ -112,6 +113,13 @@ def test_threads_read_cancellation_after_each_send_and_drop_what_follows_a_faile
     outbox.close()
     assert other.sent == [({"ids": [3], "text": "c"}, FINAL)]
     assert "a response could not be sent (RuntimeError" in capsys.readouterr().err
+
+
+def test_inline_a_failed_send_reads_as_cancelled(capsys):
+    stream = Outbox(0, FINAL).stream(Sender(fail=True), respond)
+    stream.put([1], "a")
+    assert stream.closed and stream.cancelled
+    assert "a response could not be sent" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("threads", [-1, 1.5, True, "2"])
