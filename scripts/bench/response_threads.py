@@ -135,9 +135,9 @@ def run(profile: Profile, threads: list[int], concurrency: list[int], *, input_l
         triton = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble",
                                                 *triton_load_args(profile)))
         started = time.monotonic()
-        triton.start(timeout_s=start_timeout_s)
-        print(f"{label(count)}: Triton ready after {time.monotonic() - started:.0f} s", flush=True)
         try:
+            triton.start(timeout_s=start_timeout_s)
+            print(f"{label(count)}: Triton ready after {time.monotonic() - started:.0f} s", flush=True)
             runs = plan([Target(label(count), triton.http_url, "triton-ensemble")], concurrency,
                         served_model=profile["served_model_name"], tokenizer=facts.tokenizer_dir, input_len=input_len,
                         output_len=output_len, repeats=repeats, prompts_per_stream=prompts_per_stream)
