@@ -30,10 +30,12 @@ from typing import Any
 
 from scripts.bench import compare
 from scripts.bench.sweep import Target, measured, plan
+from scripts.bench.vllm_bench import run_plan
 from scripts.engine.config import ENGINE_CONFIG, read_engine_config, triton_load_args
 from scripts.paths import build_dir
 from scripts.profiles import Profile, load_profile
 from scripts.serve.config import fill_serve_repository
+from scripts.triton.backend.outbox import thread_count
 from scripts.triton.repository.fill import repository_facts
 from scripts.triton.server import TritonServer
 
@@ -45,8 +47,7 @@ def variant_repository(profile: Profile, threads: int, root: Path) -> Path:
     a copy of the profile's engine config with ``response_threads`` set to ``threads``."""
     if profile.engine != "vllm":
         raise ValueError(f"response_threads is a setting of the vLLM engine model; profile {profile.name!r} runs {profile.engine}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise ValueError(f"a response_threads count must be a whole number >= 0, got {threads!r}")
+    thread_count(threads)
     config = read_engine_config(profile.path("engine_dir"))
     engine_dir = root / f"engine-{threads}"
     engine_dir.mkdir(parents=True, exist_ok=True)
@@ -148,21 +149,15 @@ def run(profile: Profile, threads: list[int], concurrency: list[int], *, input_l
                 # start sampling as the first measured run at the top concurrency starts
                 marker = next(i for i, r in enumerate(runs) if r["repeat"] == 0 and r["concurrency"] == top)
                 head, tail = runs[:marker], runs[marker:]
-                rows += measured(_run_plan(head, out_dir / f"threads-{count}-a"))
+                rows += measured(run_plan(head, out_dir / f"threads-{count}-a"))  # the warm-up is in head
                 sampler = sample_stub(pid, py_spy_s, out_dir / f"py-spy-threads-{count}.txt") if pid else None
                 runs = tail
-            rows += measured(_run_plan(runs, out_dir / f"threads-{count}"))
+            rows += measured(run_plan(runs, out_dir / f"threads-{count}"))
             if sampler is not None:
                 sampler.join(timeout=py_spy_s + 30)
         finally:
             triton.stop()
     return rows
-
-
-def _run_plan(runs: list[dict[str, Any]], result_dir: Path) -> list[dict[str, Any]]:
-    from scripts.bench.vllm_bench import run_plan  # noqa: PLC0415
-
-    return run_plan(runs, result_dir) if runs else []
 
 
 def report(rows: list[dict[str, Any]], baseline: str, out_dir: Path) -> str:

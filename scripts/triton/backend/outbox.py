@@ -26,15 +26,20 @@ from typing import Any, Callable, Sequence
 Respond = Callable[[list[int], str], Any]
 
 
+def thread_count(value: Any) -> int:
+    """``value`` as a count of response threads: a whole number >= 0, else ValueError saying so."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"response_threads must be a whole number >= 0, got {value!r}")
+    return value
+
+
 class Outbox:
     """``threads`` 0: each response is sent where it is made (the caller waits for tritonserver);
     more: that many sending threads. ``final_flag``: ``pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL``."""
 
     def __init__(self, threads: int, final_flag: int):
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-            raise ValueError(f"response_threads must be a whole number >= 0, got {threads!r}")
         self.final_flag = final_flag
-        self.queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(threads)]
+        self.queues: list[queue.SimpleQueue] = [queue.SimpleQueue() for _ in range(thread_count(threads))]
         self.threads = [threading.Thread(target=self._run, args=(q,), name=f"responses-{i}", daemon=True)
                         for i, q in enumerate(self.queues)]
         for thread in self.threads:
