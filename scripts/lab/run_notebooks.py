@@ -114,6 +114,14 @@ def notebook_parameters(path: Path, pairs: list[list[str]]) -> dict:
     return chosen
 
 
+def run_parameters(path: Path, pairs: list[list[str]], full: bool = False) -> dict:
+    """What papermill gives the notebook: ``SMOKE = True`` where it has ``SMOKE`` and the run is not
+    ``full``, then the ``-p`` pairs it has (:func:`notebook_parameters`), which win: ``-p 07:SMOKE false``
+    runs notebook 07 in full while the others of the same run keep their ``SMOKE`` setting."""
+    smoke = {"SMOKE": True} if not full and has_smoke(path) else {}
+    return smoke | notebook_parameters(path, pairs)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
@@ -142,9 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path.stem:<32} skipped on {args.profile}: {reason}", flush=True)
     for path in paths:
         target = path if args.inplace else out_dir / path.name
-        print(f"{path.stem:<32} running{' (SMOKE)' if not (args.full or args.inplace) and has_smoke(path) else ''} ...", flush=True)
-        smoke = not (args.full or args.inplace) and has_smoke(path)
-        parameters = notebook_parameters(path, args.parameter) | ({"SMOKE": True} if smoke else {})
+        parameters = run_parameters(path, args.parameter, full=args.full or args.inplace)
+        print(f"{path.stem:<32} running{' (SMOKE)' if parameters.get('SMOKE') else ''} ...", flush=True)
         try:
             seconds = execute(path, target, args.profile, parameters=parameters)
             print(f"{path.stem:<32} ok      {seconds:6.1f} s  -> {target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target}", flush=True)

@@ -35,6 +35,25 @@ def test_dash_p_reaches_only_the_notebooks_that_have_the_parameter(tmp_path):
     assert run_notebooks.notebook_parameters(path, scoped) == {"INPUT_LEN": 512}
 
 
+def test_smoke_is_injected_unless_full_and_an_explicit_smoke_wins(tmp_path):
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    cell = nbformat.v4.new_code_cell("PROFILE = 'cpu'\nSMOKE = False\nREPEATS = 2")
+    cell.metadata["tags"] = ["parameters"]
+    nb.cells = [cell]
+    bench, other = tmp_path / "07_bench.ipynb", tmp_path / "05_serve.ipynb"
+    nbformat.write(nb, bench)
+    nbformat.write(nb, other)
+    pairs = [["07:SMOKE", "false"], ["07:REPEATS", "1"]]
+    assert run_notebooks.run_parameters(bench, pairs) == {"SMOKE": False, "REPEATS": 1}
+    assert run_notebooks.run_parameters(other, pairs) == {"SMOKE": True}
+    assert run_notebooks.run_parameters(other, pairs, full=True) == {}
+    nb.cells = [nbformat.v4.new_code_cell("PROFILE = 'cpu'")]
+    nb.cells[0].metadata["tags"] = ["parameters"]
+    nbformat.write(nb, other)
+    assert run_notebooks.run_parameters(other, [["SMOKE", "false"]]) == {}
+
+
 def test_gpu_trtllm_plan_leaves_out_what_its_profile_skips_and_says_why():
     reasons = load_profile("gpu-trtllm").skipped_notebooks()
     paths, skipped = run_notebooks.plan("gpu-trtllm")
