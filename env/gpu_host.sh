@@ -11,11 +11,15 @@
 #       runs notebooks again on what start installed and built (a notebook that failed, once its cause
 #       is fixed or to see whether it was the timing), in the background as start does; an earlier
 #       copy and log of a notebook are kept beside the new ones, numbered (06.1.log, executed/1/...).
+#   env/gpu_host.sh bench WORK MODULE [ARGS...]
+#       runs `python -m scripts.bench.MODULE ARGS` on what start installed and built, in the foreground with
+#       the run's environment, its output in WORK/logs/bench-MODULE.log (numbered as rerun numbers) and a line
+#       in the summary; chain it after a run: until grep -q '^done' WORK/logs/summary; do sleep 5; done; ...
 #   env/gpu_host.sh collect WORK DEST
 #       packs what the run has made so far (executed notebooks, logs, build/ without weights) into
 #       DEST/run.tgz, and prints the progress.
 set -u
-cmd=${1:?usage: env/gpu_host.sh start|rerun|collect ...}
+cmd=${1:?usage: env/gpu_host.sh start|rerun|bench|collect ...}
 shift
 
 # The notebooks, one by one, each with its own log, in the background (setsid: the run outlives the shell
@@ -76,6 +80,20 @@ rerun)
     INSTALL_FROM= run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
     echo "rerun: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
     ;;
+bench)
+    work=$1 module=$2
+    shift 2
+    [ -x "$work/venv/bin/python" ] || { echo "$work has no installed run: env/gpu_host.sh start first" >&2; exit 2; }
+    log="$work/logs/bench-$module.log"
+    if [ -e "$log" ]; then i=1; while [ -e "$work/logs/bench-$module.$i.log" ]; do i=$((i + 1)); done; mv "$log" "$work/logs/bench-$module.$i.log"; fi
+    t=$(date +%s)
+    echo "bench $module running since $(date -u +%T)" >>"$work/logs/summary"
+    (cd "$work/src" && PATH="$work/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$work/build" \
+        python -m "scripts.bench.$module" "$@") >"$log" 2>&1
+    rc=$?
+    echo "bench $module rc=$rc $(( $(date +%s) - t )) s" >>"$work/logs/summary"
+    exit $rc
+    ;;
 collect)
     work=$1 dest=$2
     mkdir -p "$dest"
@@ -86,7 +104,7 @@ collect)
     ls -la "$dest/run.tgz"
     ;;
 *)
-    echo "unknown command $cmd: start, rerun or collect" >&2
+    echo "unknown command $cmd: start, rerun, bench or collect" >&2
     exit 2
     ;;
 esac

@@ -148,3 +148,17 @@ def pivot(rows: list[dict[str, Any]], value: str, by: str = "concurrency", key: 
     for r in rows:
         out.setdefault(r[key], {key: r[key]})[f"{by}={r[by]}"] = r[value]
     return list(out.values()), columns
+
+
+def side_by_side(rows: list[dict[str, Any]], baseline: str, out_dir: Path) -> str:
+    """The medians and the ratios to ``baseline``, as text; both saved beside the runs (a side-by-side bench's report)."""
+    agg = aggregate(rows)
+    ratio_rows = ratios(agg, baseline)
+    save(rows, out_dir, "runs")
+    save(agg, out_dir, "medians")
+    save(ratio_rows, out_dir, "ratios")
+    lines = [table(agg, ["label", "concurrency", "completed", "failed", "output_throughput", "median_ttft_ms",
+                         "median_itl_ms", "p99_itl_ms"], sort_by=("concurrency", "label")), "",
+             table(ratio_rows, ["label", "concurrency", "throughput_ratio", "ttft_p50_delta_ms", "overhead_per_token_ms"],
+                   sort_by=("concurrency", "label"))]
+    return "\n".join(lines)

@@ -160,20 +160,6 @@ def run(profile: Profile, threads: list[int], concurrency: list[int], *, input_l
     return rows
 
 
-def report(rows: list[dict[str, Any]], baseline: str, out_dir: Path) -> str:
-    """The medians and the ratios to ``baseline``, as text; both saved beside the runs."""
-    agg = compare.aggregate(rows)
-    ratio_rows = compare.ratios(agg, baseline)
-    compare.save(rows, out_dir, "runs")
-    compare.save(agg, out_dir, "medians")
-    compare.save(ratio_rows, out_dir, "ratios")
-    lines = [compare.table(agg, ["label", "concurrency", "completed", "failed", "output_throughput", "median_ttft_ms",
-                                 "median_itl_ms", "p99_itl_ms"], sort_by=("concurrency", "label")), "",
-             compare.table(ratio_rows, ["label", "concurrency", "throughput_ratio", "ttft_p50_delta_ms",
-                                        "overhead_per_token_ms"], sort_by=("concurrency", "label"))]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profile", default="cpu")
@@ -197,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(report(rows, label(args.threads[0]), out_dir))
+    print(compare.side_by_side(rows, label(args.threads[0]), out_dir))
     for raw in sorted(out_dir.glob("py-spy-*.txt")):
         print(f"\n{raw.name}: the innermost frames with the most samples")
         for frame, share in top_frames(raw):

@@ -109,3 +109,24 @@ def test_rerun_needs_an_installed_run(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), "rerun", "gpu-vllm", str(tmp_path / "nothing"), "06"],
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "env/gpu_host.sh start first" in done.stderr
+
+
+def test_bench_runs_a_bench_module_on_the_installed_run_with_its_environment(tmp_path):
+    src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
+    (parts / "part1").mkdir(parents=True)
+    (parts / "part1" / "a.whl").write_text("")
+    (src / "scripts" / "bench").mkdir(parents=True)
+    (src / "scripts" / "__init__.py").write_text("")
+    (src / "scripts" / "bench" / "__init__.py").write_text("")
+    (src / "scripts" / "bench" / "probe.py").write_text(
+        "import os, sys\nprint(sys.argv[1:], os.environ['TUTORIAL_BUILD_DIR'], os.environ['LC_ALL'])\n"
+        "sys.exit(4 if '--fail' in sys.argv else 0)\n")
+    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00"], cwd=src, check=True, timeout=30)
+    summary_when_done(work)
+    ran = subprocess.run(["bash", str(SCRIPT), "bench", str(work), "probe", "--concurrency", "32", "256"], timeout=30)
+    failed = subprocess.run(["bash", str(SCRIPT), "bench", str(work), "probe", "--fail"], timeout=30)
+    assert ran.returncode == 0 and failed.returncode == 4
+    assert (work / "logs" / "bench-probe.1.log").read_text().strip() == str(["--concurrency", "32", "256"]) + \
+        f" {work / 'build'} C.UTF-8"
+    summary = (work / "logs" / "summary").read_text()
+    assert "bench probe rc=0" in summary and "bench probe rc=4" in summary

@@ -11,7 +11,8 @@ import pytest
 matplotlib.use("Agg")
 
 from fakes import embedded_png_bytes  # noqa: E402
-from scripts.bench.compare import METRICS, aggregate, plot, ratio_sentences, ratios, save, table  # noqa: E402
+from scripts.bench.compare import (METRICS, aggregate, plot, ratio_sentences, ratios, save, side_by_side,  # noqa: E402
+                                   table)
 
 
 def row(label, concurrency, repeat=0, tput=100.0, ttft=10.0, itl=5.0, e2el=50.0, completed=8, failed=0, **more):
@@ -173,3 +174,12 @@ def test_pivot_makes_one_row_per_label_and_a_column_per_concurrency():
     assert columns == ["label", "concurrency=1", "concurrency=8"]
     assert got == [{"label": "a", "concurrency=8": 2.0, "concurrency=1": 1.0}, {"label": "b", "concurrency=1": 3.0}]
     assert table(got, columns).splitlines()[3].split() == ["b", "3.00"]  # a missing level is an empty cell
+
+
+def test_side_by_side_prints_medians_and_ratios_and_saves_them(tmp_path):
+    rows = [row("off", 32, repeat=k, tput=t) for k, t in enumerate((100.0, 120.0))] + [row("on", 32, tput=150.0)]
+    text = side_by_side(rows, "off", tmp_path)
+    medians, ratio_table = text.split("\n\n")
+    assert "output_throughput" in medians and "110.00" in medians and "150.00" in medians
+    assert "throughput_ratio" in ratio_table and "1.36" in ratio_table
+    assert {f.name for f in tmp_path.iterdir()} == {f"{n}.{x}" for n in ("runs", "medians", "ratios") for x in ("json", "csv")}
