@@ -143,8 +143,6 @@ class ServeSettings(Section):
     serve_default_max_tokens: PositiveInt = described("max_tokens of a request that gives none")
     serve_triton_model: Literal["ensemble", "engine"] = described(
         "what a replica calls: the decoupled engine model itself (the default: the fastest, notebook 07), or the ensemble (notebook 05)")
-    serve_coalesce_chunks: bool = described(
-        "a replica sends the engine's responses that arrived while it was busy as one event (fewer, larger chunks under load)")
     serve_max_queue_delay_microseconds: Annotated[int, Field(ge=0)] = described(
         "the engine step's queue delay in the Serve repository (0: a decoupled engine batches every step)")
 

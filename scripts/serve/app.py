@@ -33,7 +33,7 @@ __all__ = ["APP_NAME", "DEPLOYMENT_NAME", "BUILDER_ARGS", "TritonDeployment", "T
            "config_path", "fill_serve_repository", "replica_service", "serve_repo_dir"]
 
 BUILDER_ARGS = ("profile", "model_repository", "mode", "served_model_name", "triton_model", "triton_url", "num_replicas",
-                "num_gpus", "max_replicas", "coalesce_chunks")
+                "num_gpus", "max_replicas")
 
 #: What a replica calls in Triton: the ensemble (preprocessing -> engine -> postprocessing: the
 #: TensorRT-LLM contract of notebooks 02-04), or the decoupled engine model itself (token ids in and
@@ -164,7 +164,7 @@ class TritonReplica:
 
     def __init__(self, model_repository: str, served_model_name: str, default_max_tokens: int = 64,
                  mode: str = "auto", triton_model: str = "ensemble", ready_timeout_s: float = 600,
-                 triton_url: str | None = None, coalesce_chunks: bool = True):
+                 triton_url: str | None = None):
         repo = Path(model_repository)
         facts = repository_facts(repo)
         tokenizer = load_tokenizer(facts.tokenizer_dir)  # before Triton: a broken tokenizer fails fast
@@ -174,7 +174,7 @@ class TritonReplica:
         model_name = facts.engine_model if engine is not None else "ensemble"
         backend = make_backend(repo, model_name, mode, ready_timeout_s, triton_url)
         self.service = LLMService(backend, facts, tokenizer, served_model_name, default_max_tokens,
-                                  api_key=os.environ.get(API_KEY_ENV) or None, engine=engine, coalesce=coalesce_chunks)
+                                  api_key=os.environ.get(API_KEY_ENV) or None, engine=engine)
 
     async def check_health(self) -> None:
         """Serve calls this periodically: a replica whose Triton model is not ready is replaced."""
@@ -234,8 +234,7 @@ def app_builder(args: dict[str, Any] | None = None):
     relative paths are relative to the repository root), ``mode`` (auto | managed | in-process |
     attached), ``served_model_name``, ``triton_model`` (ensemble | engine; default the profile's
     ``serve_triton_model``), ``triton_url`` (the gRPC address of a running Triton that every replica
-    shares: mode attached), ``num_replicas``, ``num_gpus``, ``max_replicas`` (:func:`replica_options`),
-    ``coalesce_chunks`` (default the profile's ``serve_coalesce_chunks``: :func:`scripts.serve.streaming.coalesced`).
+    shares: mode attached), ``num_replicas``, ``num_gpus``, ``max_replicas`` (:func:`replica_options`).
     """
     args = dict(args or {})
     unknown = sorted(set(args) - set(BUILDER_ARGS))
@@ -254,8 +253,7 @@ def app_builder(args: dict[str, Any] | None = None):
         str(repo.resolve()), str(args.get("served_model_name") or profile["served_model_name"]),
         int(profile["serve_default_max_tokens"]), mode,
         str(args.get("triton_model") or profile["serve_triton_model"]),
-        triton_url=args.get("triton_url"),
-        coalesce_chunks=bool(args.get("coalesce_chunks", profile["serve_coalesce_chunks"])))
+        triton_url=args.get("triton_url"))
 
 
 def __getattr__(name: str):

@@ -11,9 +11,9 @@ from typing import Any, AsyncIterator, Union
 from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, chunk_body, finish_reason, models_body,
                                       parse_chat_request, parse_completion_request, resolve_max_tokens, response_body,
                                       sse, usage)
-from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer, coalesced
+from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
 from scripts.triton.backend.request_handling import check_prompt_bytes, check_prompt_tokens, longest_token_bytes
-from scripts.triton.client import Chunk, TritonLLM, TritonRequestError, merge_chunks
+from scripts.triton.client import Chunk, TritonLLM, TritonRequestError
 from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import RepositoryFacts
 from scripts.triton.sampling import EnsembleRequest, engine_inputs, ensemble_inputs
@@ -44,16 +44,13 @@ class LLMService:
     """The OpenAI routes' logic over one Triton ensemble."""
 
     def __init__(self, backend: TritonLLM, facts: RepositoryFacts, tokenizer: Any, served_model_name: str,
-                 default_max_tokens: int = 64, api_key: str | None = None, engine: EngineInputs | None = None,
-                 coalesce: bool = True):
+                 default_max_tokens: int = 64, api_key: str | None = None, engine: EngineInputs | None = None):
         self.backend, self.facts, self.tokenizer = backend, facts, tokenizer
         if engine is not None and not engine.decoupled:
             raise ValueError(f"{engine.model_name} is not decoupled: the Serve application streams from the engine "
                              "model; fill the repository with decoupled_mode true (fill_serve_repository does)")
         self.engine = engine  # None: requests go to the ensemble
         self.api_key = api_key  # None: no bearer token is asked for (scripts.serve.app.require_api_key)
-        # Triton's responses that arrived while this replica was busy go on as one (scripts.serve.streaming.coalesced)
-        self.coalesce = coalesce
         self.max_body_bytes = max_body_bytes(facts.max_model_len)
         self.vocab_size = len(tokenizer)
         self.longest_token = longest_token_bytes(tokenizer)
@@ -117,7 +114,7 @@ class LLMService:
         # streams token ids, decoded here.
         detokenizer = IncrementalDetokenizer(self.tokenizer, self.facts.skip_special_tokens) if self.engine else None
         try:
-            async for chunk in self._chunks(inputs, gen):
+            async for chunk in self.backend.generate(inputs, request_parameters(gen)):
                 text.append(trimmer.feed(chunk.text if detokenizer is None else detokenizer.feed(chunk.ids or [])))
                 tokens += chunk.tokens
         except TritonRequestError as exc:
@@ -135,17 +132,12 @@ class LLMService:
         Triton refuses still gets an error status (later failures become an error event).
         """
         inputs, prompt_tokens, max_tokens = self._prepare(gen)
-        chunks = self._chunks(inputs, gen)
+        chunks = self.backend.generate(inputs, request_parameters(gen))
         try:
             first = await anext(chunks, None)
         except TritonRequestError as exc:
-            await chunks.aclose()
             raise triton_failed(exc) from None
         return self._events(gen, first, chunks, prompt_tokens, max_tokens)
-
-    def _chunks(self, inputs: dict, gen: Generation) -> AsyncIterator[Chunk]:
-        chunks = self.backend.generate(inputs, request_parameters(gen))
-        return coalesced(chunks, merge_chunks) if self.coalesce else chunks
 
     def _prepare(self, gen: Generation) -> tuple[dict, int, int]:
         param = "messages" if gen.kind == "chat" else "prompt"
@@ -189,8 +181,6 @@ class LLMService:
             yield sse(triton_failed(exc).body())
             yield SSE_DONE
             return
-        finally:  # the client went away (the generator is closed at a yield): Triton's request is cancelled now
-            await chunks.aclose()
         rest = trimmer.feed(detokenizer.finish())
         rest += trimmer.finish()
         if rest:

@@ -3,15 +3,11 @@
 :class:`StopTrimmer` cuts the text at the first stop sequence even when the sequence spans two
 pieces; :class:`IncrementalDetokenizer` turns token ids that arrive a few at a time into text
 without breaking a character whose bytes span two pieces. Both pass text on as early as they
-safely can, and both hand back what they held once the stream ends (``finish``). :func:`coalesced`
-hands on, as one piece, what has arrived while the consumer was busy.
+safely can, and both hand back what they held once the stream ends (``finish``).
 """
 from __future__ import annotations
 
-import asyncio
-from typing import Any, AsyncIterator, Callable, Iterable, TypeVar
-
-T = TypeVar("T")
+from typing import Any, Iterable
 
 
 class StopTrimmer:
@@ -81,57 +77,3 @@ class IncrementalDetokenizer:
         text = self._new_text()
         self.prefix = self.read = len(self.ids)
         return text
-
-
-class _Failed:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-_END = object()
-
-
-async def coalesced(source: AsyncIterator[T], merge: Callable[[list[T]], T]) -> AsyncIterator[T]:
-    """The items of ``source``, each batch that arrived while the consumer was busy merged into one.
-
-    A task reads ``source`` as fast as it yields; the consumer gets everything read since its last
-    turn, through ``merge``. A consumer that keeps up gets every item alone, as before; one that falls
-    behind (a replica busy with many streams) does its per-item work (detokenizing, an SSE event, a
-    message through Serve's proxy) once per batch instead of once per item. An error of ``source``
-    comes after the items that came before it. Closing this generator (the client went away) cancels
-    the reading task, which closes ``source`` (:meth:`scripts.triton.client.GrpcModel.generate` then
-    cancels the Triton request).
-    """
-    queue: asyncio.Queue = asyncio.Queue()
-
-    async def pump() -> None:
-        try:
-            async for item in source:
-                queue.put_nowait(item)
-            queue.put_nowait(_END)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # handed to the consumer, in order
-            queue.put_nowait(_Failed(exc))
-
-    reader = asyncio.get_running_loop().create_task(pump())
-    try:
-        while True:
-            batch = [await queue.get()]
-            while not queue.empty():
-                batch.append(queue.get_nowait())
-            items = [i for i in batch if i is not _END and not isinstance(i, _Failed)]
-            if items:
-                yield items[0] if len(items) == 1 else merge(items)
-            last = batch[-1]
-            if isinstance(last, _Failed):
-                raise last.exc
-            if last is _END:
-                return
-    finally:
-        if not reader.done():
-            reader.cancel()
-            try:
-                await reader
-            except asyncio.CancelledError:
-                pass

@@ -30,12 +30,6 @@ class Chunk:
     ids: list[int] | None = None  # None: the ensemble returns no output_ids
 
 
-def merge_chunks(chunks: list[Chunk]) -> Chunk:
-    """Consecutive responses of one stream as one: their text and ids joined, their tokens added."""
-    ids = None if any(c.ids is None for c in chunks) else [i for c in chunks for i in c.ids]
-    return Chunk("".join(c.text for c in chunks), sum(c.tokens for c in chunks), ids)
-
-
 def chunk_from_outputs(text_output: np.ndarray | None, sequence_length: np.ndarray | None,
                        output_ids: np.ndarray | None = None) -> Chunk:
     """A :class:`Chunk` from one response's ``text_output`` ([1, beams]; None from an engine model,

@@ -92,13 +92,10 @@ FACTS = RepositoryFacts("tok", max_model_len=64, engine_model="vllm_engine", dec
 
 
 def fake_service(chunks=CHUNKS, fail=None, decoupled=True, tokenizer=None, default_max_tokens=8,
-                 max_model_len=FACTS.max_model_len, coalesce=True) -> LLMService:
-    """The service as a replica builds it, over :class:`FakeBackend` (a 64-token model unless told).
-    The fake answers all its chunks at once, so with ``coalesce`` every chunk after the first reaches
-    the stream merged; ``coalesce=False`` shows each chunk alone."""
+                 max_model_len=FACTS.max_model_len) -> LLMService:
+    """The service as a replica builds it, over :class:`FakeBackend` (a 64-token model unless told)."""
     facts = RepositoryFacts(FACTS.tokenizer_dir, max_model_len, FACTS.engine_model, decoupled)
-    return LLMService(FakeBackend(chunks, fail), facts, tokenizer or FakeTokenizer(), "tiny-llama", default_max_tokens,
-                      coalesce=coalesce)
+    return LLMService(FakeBackend(chunks, fail), facts, tokenizer or FakeTokenizer(), "tiny-llama", default_max_tokens)
 
 
 def long_service(**kw) -> LLMService:

@@ -319,14 +319,12 @@ def test_app_builder_binds_the_repository(serve_repo):
     bound = serve_app.app_builder({"profile": "cpu", "mode": "managed"})._bound_deployment
     assert bound.init_args == (str(serve_repo), profile["served_model_name"], profile["serve_default_max_tokens"], "managed",
                                profile["serve_triton_model"])
-    assert bound.init_kwargs == {"triton_url": None, "coalesce_chunks": profile["serve_coalesce_chunks"]}
+    assert bound.init_kwargs == {"triton_url": None}
     assert bound.ray_actor_options["num_gpus"] == 0 and bound.name == serve_app.DEPLOYMENT_NAME
     named = serve_app.app_builder({"served_model_name": "other"})._bound_deployment
     assert named.init_args[1:] == ("other", profile["serve_default_max_tokens"], "auto", profile["serve_triton_model"])
     shared = serve_app.app_builder({"triton_url": "127.0.0.1:8001", "triton_model": "engine"})._bound_deployment
-    assert shared.init_args[3:] == ("attached", "engine") and shared.init_kwargs["triton_url"] == "127.0.0.1:8001"
-    apart = serve_app.app_builder({"coalesce_chunks": False})._bound_deployment
-    assert apart.init_kwargs["coalesce_chunks"] is False and profile["serve_coalesce_chunks"] is True
+    assert shared.init_args[3:] == ("attached", "engine") and shared.init_kwargs == {"triton_url": "127.0.0.1:8001"}
     fixed = serve_app.app_builder({"num_replicas": 3})._bound_deployment
     assert fixed._deployment_config.num_replicas == 3 and fixed._deployment_config.autoscaling_config is None
     assert serve_app.app._bound_deployment.init_args == named.init_args[:1] + (profile["served_model_name"],) + named.init_args[2:]

@@ -65,7 +65,7 @@ def test_stop_sequences_are_cut_from_the_text():
 
 
 def test_streaming_chat_sends_role_deltas_finish_usage_and_done():
-    service = fake_service(coalesce=False)
+    service = fake_service()
     events = stream_events(service.chat_completions(body({"messages": USER, "max_tokens": 4, "stream": True,
                                                           "stream_options": {"include_usage": True}})))
     assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
@@ -86,7 +86,7 @@ def test_a_stop_sequence_split_across_streamed_chunks_is_cut():
 def test_streamed_text_is_decoded_from_the_ids_so_characters_stay_whole():
     # "é" is two bytes, so two tokens in two responses: postprocessing turns each into U+FFFD.
     pieces = [("Caf", [67, 97, 102]), ("\ufffd", [0xC3]), ("\ufffd", [0xA9]), (" ok", [32, 111, 107])]
-    service = fake_service([Chunk(text, len(ids), ids) for text, ids in pieces], tokenizer=ByteTokenizer(), coalesce=False)
+    service = fake_service([Chunk(text, len(ids), ids) for text, ids in pieces], tokenizer=ByteTokenizer())
     events = stream_events(service.completions(body({"prompt": "p", "max_tokens": 8, "stream": True, "stop": [" o"]})))
     deltas = [e["choices"][0]["text"] for e in events[:-2]]
     assert "".join(deltas) == "Café" and "é" in deltas and events[-2]["choices"][0]["finish_reason"] == "stop"
@@ -107,26 +107,9 @@ def test_triton_errors_become_500_before_the_stream_and_an_error_event_during_it
     with pytest.raises(OpenAIError) as info:
         run(fake_service(fail=1).chat_completions(body({"messages": USER})))
     assert info.value.status == 500
-    events = stream_events(fake_service(fail=2, coalesce=False).chat_completions(body({"messages": USER, "stream": True})))
-    assert [e["choices"][0]["delta"].get("content") for e in events[:3]] == ["", "Triton", " loads"]
-    assert events[-2]["error"]["message"] == "Triton could not serve the request: engine failed" and events[-1] == "[DONE]"
-    # coalesced: what came before the error still comes first, merged
     events = stream_events(fake_service(fail=2).chat_completions(body({"messages": USER, "stream": True})))
-    assert [e["choices"][0]["delta"].get("content") for e in events[:2]] == ["", "Triton loads"]
-    assert events[-2]["error"]["message"] == "Triton could not serve the request: engine failed" and len(events) == 4
-
-
-def test_coalesced_chunks_bring_the_same_text_and_usage_in_fewer_events():
-    pieces = [("Caf", [67, 97, 102]), ("\ufffd", [0xC3]), ("\ufffd", [0xA9]), (" ok", [32, 111, 107])]
-    chunks = [Chunk(text, len(ids), ids) for text, ids in pieces]
-    request = body({"prompt": "p", "max_tokens": 8, "stream": True, "stream_options": {"include_usage": True}})
-    apart, merged = (stream_events(fake_service(chunks, tokenizer=ByteTokenizer(), coalesce=c).completions(request))
-                     for c in (False, True))
-    text = lambda events: "".join(e["choices"][0]["text"] for e in events[:-1] if e["choices"])  # noqa: E731
-    assert text(apart) == text(merged) == "Café ok"
-    assert apart[-2]["usage"] == merged[-2]["usage"] and merged[-2]["usage"]["completion_tokens"] == 8
-    # the fake answers all four at once, before the stream's first turn: one text event instead of three
-    assert merged[0]["choices"][0]["text"] == "Café ok" and len(merged) == len(apart) - 2
+    assert [e["choices"][0]["delta"].get("content") for e in events[:2]] == ["", "Triton"]
+    assert events[-2]["error"]["message"] == "Triton could not serve the request: engine failed" and events[-1] == "[DONE]"
 
 
 def test_requests_too_long_for_the_model_are_refused_before_triton():

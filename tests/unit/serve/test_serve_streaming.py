@@ -1,8 +1,6 @@
-import asyncio
-
 import pytest
 
-from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer, coalesced
+from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
 
 
 @pytest.mark.parametrize("pieces, stops, text, stopped", [
@@ -83,58 +81,3 @@ def test_words_keep_their_spaces_with_a_sentencepiece_style_decoder(metaspace_to
     assert "".join(metaspace_tokenizer.decode([i]) for i in ids) != text  # the trap: spaces lost
     pieces, rest = stream(metaspace_tokenizer, ids, [1] * len(ids))
     assert "".join(pieces) + rest == text == metaspace_tokenizer.decode(ids)
-
-
-# -- what arrived while the consumer was busy, as one -------------------------------------------
-
-def _gather(source, consume_s: float = 0.0):
-    async def main():
-        out = []
-        async for batch in coalesced(source, lambda items: "+".join(items)):
-            out.append(batch)
-            await asyncio.sleep(consume_s)
-        return out
-    return asyncio.run(main())
-
-
-async def _ticks(n: int, every_s: float, fail_at: int | None = None, log: list | None = None):
-    try:
-        for i in range(n):
-            if i == fail_at:
-                raise RuntimeError("engine failed")
-            await asyncio.sleep(every_s)
-            yield str(i)
-    finally:
-        if log is not None:
-            log.append("closed")
-
-
-def test_a_consumer_that_keeps_up_gets_every_item_alone():
-    assert _gather(_ticks(5, 0.01)) == ["0", "1", "2", "3", "4"]
-
-
-def test_a_busy_consumer_gets_the_backlog_merged_in_order():
-    out = _gather(_ticks(12, 0.005), consume_s=0.03)
-    assert "+".join(out).split("+") == [str(i) for i in range(12)] and out[0] == "0" and len(out) < 12
-
-
-def test_an_error_of_the_source_comes_after_what_came_before_it():
-    async def main():
-        seen = []
-        with pytest.raises(RuntimeError, match="engine failed"):
-            async for batch in coalesced(_ticks(5, 0.0, fail_at=3), "+".join):
-                seen.append(batch)
-        return seen
-    assert "+".join(asyncio.run(main())).split("+") == ["0", "1", "2"]
-
-
-def test_closing_early_cancels_the_reader_and_closes_the_source():
-    log = []
-
-    async def main():
-        stream = coalesced(_ticks(1000, 0.01, log=log), "+".join)
-        first = await anext(stream)
-        await stream.aclose()
-        await asyncio.sleep(0.05)
-        return first
-    assert asyncio.run(main()) == "0" and log == ["closed"]

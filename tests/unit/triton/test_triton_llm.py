@@ -11,8 +11,8 @@ from scripts.engine import config as engine
 
 from scripts.triton import client as triton_llm
 from scripts.profiles import load_profile
-from scripts.triton.client import (CHUNK_OUTPUTS, Chunk, InProcessTriton, chunk_from_outputs, merge_chunks,
-                                model_outputs, in_process_available, make_backend)
+from scripts.triton.client import (CHUNK_OUTPUTS, Chunk, InProcessTriton, chunk_from_outputs, model_outputs,
+                                in_process_available, make_backend)
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile, read_model_config, repository_facts
 from scripts.triton.sampling import EnsembleRequest, ensemble_inputs
 
@@ -281,9 +281,3 @@ def test_notebook_05_runs_a_triton_process_of_its_own_where_tritonserver_imports
     assert client.own_process_mode(mode, "notebook 05 kills its process") == "managed"
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     assert "own_process_mode(TRITON_MODE" in code and '"mode": TRITON_MODE' not in code
-
-
-def test_merge_chunks_joins_text_and_ids_and_adds_tokens():
-    merged = merge_chunks([Chunk("Tri", 1, [7]), Chunk("ton", 2, [8, 9])])
-    assert merged == Chunk("Triton", 3, [7, 8, 9])
-    assert merge_chunks([Chunk("a", 1), Chunk("b", 1)]) == Chunk("ab", 2, None)  # the ensemble sends no ids
