@@ -16,7 +16,6 @@ Needs the engine built and the model made (notebooks 00-01).
 """
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import json
 import os
@@ -29,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench import compare
-from scripts.bench.sweep import Target, measured, plan
+from scripts.bench.sweep import Target, bench_parser, load_settings, measured, plan
 from scripts.bench.vllm_bench import run_plan
 from scripts.engine.config import ENGINE_CONFIG, read_engine_config, triton_load_args
 from scripts.paths import build_dir
@@ -161,14 +160,8 @@ def run(profile: Profile, threads: list[int], concurrency: list[int], *, input_l
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--threads", type=int, nargs="+", default=[0, 1, 4], help="counts to compare; the first is the baseline")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[32])
-    parser.add_argument("--input-len", type=int, default=32)
-    parser.add_argument("--output-len", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--prompts-per-stream", type=int, default=4)
     parser.add_argument("--py-spy", type=int, default=0, metavar="S", help="sample the engine model's process for S seconds")
     parser.add_argument("--out", type=Path, default=None, help="default: build/results/bench/response-threads-<profile>")
     args = parser.parse_args(argv)
@@ -178,8 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = (args.out or build_dir() / "results" / "bench" / f"response-threads-{profile.name}").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = run(profile, args.threads, args.concurrency, input_len=args.input_len, output_len=args.output_len,
-                   repeats=args.repeats, prompts_per_stream=args.prompts_per_stream, out_dir=out_dir, py_spy_s=args.py_spy)
+        rows = run(profile, args.threads, args.concurrency, **load_settings(args), out_dir=out_dir, py_spy_s=args.py_spy)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

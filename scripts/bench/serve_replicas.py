@@ -17,14 +17,13 @@ Needs the engine built and the model made (notebooks 00-01).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from scripts.bench import compare
-from scripts.bench.sweep import Target, measured, plan
+from scripts.bench.sweep import Target, bench_parser, load_settings, measured, plan
 from scripts.bench.vllm_bench import run_plan
 from scripts.engine.config import triton_load_args
 from scripts.paths import build_dir
@@ -95,14 +94,8 @@ def run(profile: Profile, replicas: list[int], concurrency: list[int], *, input_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profile", default="cpu")
+    parser = bench_parser(__doc__)
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2], help="counts to compare; the first is the baseline")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[32])
-    parser.add_argument("--input-len", type=int, default=32)
-    parser.add_argument("--output-len", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--prompts-per-stream", type=int, default=4)
     parser.add_argument("--classic-proxy", action="store_true", help="without RAY_SERVE_THROUGHPUT_OPTIMIZED")
     parser.add_argument("--direct-ingress", action="store_true", help="also the first count's first replica on its own port")
     parser.add_argument("--out", type=Path, default=None, help="default: build/results/bench/serve-replicas-<profile>")
@@ -115,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = (args.out or build_dir() / "results" / "bench" / f"serve-replicas-{profile.name}").resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        rows = run(profile, args.replicas, args.concurrency, input_len=args.input_len, output_len=args.output_len,
-                   repeats=args.repeats, prompts_per_stream=args.prompts_per_stream, out_dir=out_dir,
+        rows = run(profile, args.replicas, args.concurrency, **load_settings(args), out_dir=out_dir,
                    throughput_optimized=not args.classic_proxy, direct_ingress=args.direct_ingress)
     except (ValueError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)

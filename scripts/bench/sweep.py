@@ -101,3 +101,25 @@ def stream_interval_body(interval: int) -> dict[str, Any] | None:
     if isinstance(interval, bool) or not isinstance(interval, int) or not 1 <= interval <= MAX_STREAM_INTERVAL:
         raise ValueError(f"STREAM_INTERVAL must be an integer from 1 to {MAX_STREAM_INTERVAL} tokens, got {interval!r}")
     return {"stream_interval": interval} if interval > 1 else None
+
+
+def bench_parser(doc: str):
+    """A side-by-side bench's command line (``argparse``): its docstring's first paragraph, ``--profile``
+    and the load options: the concurrencies, the prompt and answer lengths, the repeats and the prompts per
+    stream (:func:`load_settings` reads them)."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[32])
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--prompts-per-stream", type=int, default=4)
+    return parser
+
+
+def load_settings(args) -> dict[str, Any]:
+    """The keyword arguments of a bench's ``run`` from :func:`bench_parser`'s load options."""
+    return {"input_len": args.input_len, "output_len": args.output_len, "repeats": args.repeats,
+            "prompts_per_stream": args.prompts_per_stream}

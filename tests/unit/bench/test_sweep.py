@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from scripts.bench import sweep
-from scripts.bench.sweep import Target, plan, prompts_for
+from scripts.bench.sweep import Target, bench_parser, load_settings, plan, prompts_for
 
 VLLM = Target("vllm", "http://127.0.0.1:8001/")
 SERVE = Target("serve", "http://127.0.0.1:8000", kind="chat")
@@ -115,3 +115,10 @@ def test_stream_interval_body():
                extra_body=stream_interval_body(4))[-1]
     from scripts.bench.vllm_bench import bench_args
     assert bench_args(run)[-2:] == ["--extra-body", '{"stream_interval": 4}']
+
+
+def test_a_benchs_load_options_become_its_run_settings():
+    parser = bench_parser("A bench.\n\nMore words.")
+    args = parser.parse_args(["--concurrency", "1", "256", "--input-len", "1024", "--repeats", "1"])
+    assert parser.description == "A bench." and args.profile == "cpu" and args.concurrency == [1, 256]
+    assert load_settings(args) == {"input_len": 1024, "output_len": 32, "repeats": 1, "prompts_per_stream": 4}
