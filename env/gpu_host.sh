@@ -24,6 +24,13 @@ shift
 
 # The notebooks, one by one, each with its own log, in the background (setsid: the run outlives the shell
 # that starts it). Arguments: WORK PROFILE NOTEBOOK... -- OPTIONS; with INSTALL_FROM set, the wheels first.
+# The environment the notebooks and benches of a run see (WORK as the argument): the run's venv first on
+# PATH, a UTF-8 locale, unbuffered output, build/ under WORK. Exported for the background run's own bash.
+run_environment() {
+    export PATH="$1/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$1/build"
+}
+export -f run_environment
+
 run_in_background() {
     setsid bash -c '
         work=$1 profile=$2; shift 2
@@ -36,7 +43,7 @@ run_in_background() {
                 || { echo "install failed: see install.log" >>"$work/logs/summary"; exit 1; }
             echo "install $(( $(date +%s) - start )) s" >>"$work/logs/summary"
         fi
-        export PATH="$work/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$work/build"
+        run_environment "$work"
         for n in "${nb[@]}"; do
             if [ -e "$work/logs/$n.log" ]; then  # a rerun: keep the earlier log and copy, numbered
                 i=1; while [ -e "$work/logs/$n.$i.log" ]; do i=$((i + 1)); done
@@ -88,8 +95,7 @@ bench)
     if [ -e "$log" ]; then i=1; while [ -e "$work/logs/bench-$module.$i.log" ]; do i=$((i + 1)); done; mv "$log" "$work/logs/bench-$module.$i.log"; fi
     t=$(date +%s)
     echo "bench $module running since $(date -u +%T)" >>"$work/logs/summary"
-    (cd "$work/src" && PATH="$work/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$work/build" \
-        python -m "scripts.bench.$module" "$@") >"$log" 2>&1
+    (cd "$work/src" && run_environment "$work" && python -m "scripts.bench.$module" "$@") >"$log" 2>&1
     rc=$?
     echo "bench $module rc=$rc $(( $(date +%s) - t )) s" >>"$work/logs/summary"
     exit $rc

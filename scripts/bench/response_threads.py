@@ -23,20 +23,18 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 from scripts.bench import compare
-from scripts.bench.sweep import Target, bench_parser, load_settings, measured, plan
+from scripts.bench.sweep import Target, bench_parser, ensemble_triton, load_settings, measured, plan
 from scripts.bench.vllm_bench import run_plan
-from scripts.engine.config import ENGINE_CONFIG, read_engine_config, triton_load_args
+from scripts.engine.config import ENGINE_CONFIG, read_engine_config
 from scripts.paths import build_dir
 from scripts.profiles import Profile, load_profile
 from scripts.serve.config import fill_serve_repository
 from scripts.triton.backend.outbox import thread_count
 from scripts.triton.repository.fill import repository_facts
-from scripts.triton.server import TritonServer
 
 ENGINE_STUB_MODEL = "vllm_engine"
 
@@ -132,12 +130,7 @@ def run(profile: Profile, threads: list[int], concurrency: list[int], *, input_l
     for index, count in enumerate(threads):
         repo = variant_repository(profile, count, out_dir / "repos")
         facts = repository_facts(repo)
-        triton = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble",
-                                                *triton_load_args(profile)))
-        started = time.monotonic()
-        try:
-            triton.start(timeout_s=start_timeout_s)
-            print(f"{label(count)}: Triton ready after {time.monotonic() - started:.0f} s", flush=True)
+        with ensemble_triton(repo, profile, start_timeout_s, label(count)) as triton:
             runs = plan([Target(label(count), triton.http_url, "triton-ensemble")], concurrency,
                         served_model=profile["served_model_name"], tokenizer=facts.tokenizer_dir, input_len=input_len,
                         output_len=output_len, repeats=repeats, prompts_per_stream=prompts_per_stream)
@@ -154,8 +147,6 @@ def run(profile: Profile, threads: list[int], concurrency: list[int], *, input_l
             rows += measured(run_plan(runs, out_dir / f"threads-{count}"))
             if sampler is not None:
                 sampler.join(timeout=py_spy_s + 30)
-        finally:
-            triton.stop()
     return rows
 
 

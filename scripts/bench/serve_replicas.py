@@ -18,14 +18,12 @@ Needs the engine built and the model made (notebooks 00-01).
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from scripts.bench import compare
-from scripts.bench.sweep import Target, bench_parser, load_settings, measured, plan
+from scripts.bench.sweep import Target, bench_parser, ensemble_triton, load_settings, measured, plan
 from scripts.bench.vllm_bench import run_plan
-from scripts.engine.config import triton_load_args
 from scripts.paths import build_dir
 from scripts.profiles import Profile, load_profile
 
@@ -60,7 +58,6 @@ def run(profile: Profile, replicas: list[int], concurrency: list[int], *, input_
     from scripts.serve.app import app_builder  # noqa: PLC0415
     from scripts.serve.config import fill_serve_repository, serve_repo_dir  # noqa: PLC0415
     from scripts.triton.repository.fill import repository_facts  # noqa: PLC0415
-    from scripts.triton.server import TritonServer  # noqa: PLC0415
 
     check_counts(replicas)
     if direct_ingress and not throughput_optimized:
@@ -68,28 +65,21 @@ def run(profile: Profile, replicas: list[int], concurrency: list[int], *, input_
     fill_serve_repository(profile)
     repo = serve_repo_dir(profile)
     facts = repository_facts(repo)
-    triton = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble",
-                                            *triton_load_args(profile)))
-    started = time.monotonic()
-    triton.start(timeout_s=start_timeout_s)
-    try:
-        print(f"Triton ready after {time.monotonic() - started:.0f} s", flush=True)
-        env = DIRECT_INGRESS_ENV if throughput_optimized else {}
-        with LocalCluster(num_cpus=logical_cpus(profile, replicas), serve_env=env) as cluster:
-            targets = []
-            for n in replicas:
-                serve.run(app_builder({"profile": profile.name, "num_replicas": n, "triton_url": triton.grpc_url,
-                                       "triton_model": "engine"}), name=f"r{n}", route_prefix=f"/r{n}")
-                targets.append(Target(label(n), f"{cluster.base_url}/r{n}"))
-            if direct_ingress:
-                targets.append(Target(label(replicas[0], "direct ingress to one"), ingress_urls(f"r{replicas[0]}")[0]))
-            print("applications running:", ", ".join(f"{t.label} at {t.base_url}" for t in targets), flush=True)
-            runs = plan(targets, concurrency, served_model=profile["served_model_name"], tokenizer=facts.tokenizer_dir,
-                        input_len=input_len, output_len=output_len, repeats=repeats, prompts_per_stream=prompts_per_stream)
-            rows = measured(run_plan(runs, out_dir / "runs"))
-            serve.shutdown()
-    finally:
-        triton.stop()
+    env = DIRECT_INGRESS_ENV if throughput_optimized else {}
+    with ensemble_triton(repo, profile, start_timeout_s) as triton, \
+            LocalCluster(num_cpus=logical_cpus(profile, replicas), serve_env=env) as cluster:
+        targets = []
+        for n in replicas:
+            serve.run(app_builder({"profile": profile.name, "num_replicas": n, "triton_url": triton.grpc_url,
+                                   "triton_model": "engine"}), name=f"r{n}", route_prefix=f"/r{n}")
+            targets.append(Target(label(n), f"{cluster.base_url}/r{n}"))
+        if direct_ingress:
+            targets.append(Target(label(replicas[0], "direct ingress to one"), ingress_urls(f"r{replicas[0]}")[0]))
+        print("applications running:", ", ".join(f"{t.label} at {t.base_url}" for t in targets), flush=True)
+        runs = plan(targets, concurrency, served_model=profile["served_model_name"], tokenizer=facts.tokenizer_dir,
+                    input_len=input_len, output_len=output_len, repeats=repeats, prompts_per_stream=prompts_per_stream)
+        rows = measured(run_plan(runs, out_dir / "runs"))
+        serve.shutdown()
     return rows
 
 

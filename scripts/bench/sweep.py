@@ -9,8 +9,11 @@ targets, :mod:`scripts.bench.triton_stream` for Triton's own route).
 """
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterable
+from pathlib import Path
+from typing import Any, Iterable, Iterator
 
 from scripts.bench.vllm_bench import TRITON_BACKENDS, check_run
 
@@ -123,3 +126,22 @@ def load_settings(args) -> dict[str, Any]:
     """The keyword arguments of a bench's ``run`` from :func:`bench_parser`'s load options."""
     return {"input_len": args.input_len, "output_len": args.output_len, "repeats": args.repeats,
             "prompts_per_stream": args.prompts_per_stream}
+
+
+@contextmanager
+def ensemble_triton(repo: Path, profile, timeout_s: float = 600, name: str = "") -> Iterator[Any]:
+    """A side-by-side bench's Triton: ``repo``'s ensemble and the models it is made of, loaded as the
+    profile loads engines (one at a time on one GPU), started, said ready with its start-up time (after
+    ``name``), and stopped when the block ends, also when it fails to start."""
+    from scripts.engine.config import triton_load_args  # noqa: PLC0415
+    from scripts.triton.server import TritonServer  # noqa: PLC0415
+
+    triton = TritonServer(repo, extra_args=("--model-control-mode=explicit", "--load-model=ensemble",
+                                            *triton_load_args(profile)))
+    started = time.monotonic()
+    try:
+        triton.start(timeout_s=timeout_s)
+        print(f"{name + ': ' if name else ''}Triton ready after {time.monotonic() - started:.0f} s", flush=True)
+        yield triton
+    finally:
+        triton.stop()

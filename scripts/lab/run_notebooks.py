@@ -6,9 +6,10 @@ so their saved outputs are the outputs of a top-to-bottom run.
 
 A notebook whose ``parameters`` cell has ``SMOKE`` (notebook 07's benchmark) runs with ``SMOKE = True``
 here (``make run``), in full with ``--full`` (``make bench``) and with ``--inplace`` (its committed
-outputs are a full run); ``-p 07:SMOKE false`` runs one of them in full and leaves the others at ``SMOKE``. ``--nbval-targets DIR`` prints what ``make test`` gives nbval: the notebooks
-without ``SMOKE`` as they are, and for the others a copy in ``DIR`` with ``SMOKE = True`` injected
-by papermill (not executed: nbval executes it and compares with the committed outputs).
+outputs are a full run); ``-p 07:SMOKE false`` runs one of them in full and leaves the others at
+``SMOKE``. ``--nbval-targets DIR`` prints what ``make test`` gives nbval: the notebooks without
+``SMOKE`` as they are, and for the others a copy in ``DIR`` with ``SMOKE = True`` injected by papermill
+(not executed: nbval executes it and compares with the committed outputs).
 A notebook the profile lists under ``skip_notebooks`` (``env/profiles.toml``) is not run; its line
 says why (:func:`plan`).
 """

@@ -122,3 +122,32 @@ def test_a_benchs_load_options_become_its_run_settings():
     args = parser.parse_args(["--concurrency", "1", "256", "--input-len", "1024", "--repeats", "1"])
     assert parser.description == "A bench." and args.profile == "cpu" and args.concurrency == [1, 256]
     assert load_settings(args) == {"input_len": 1024, "output_len": 32, "repeats": 1, "prompts_per_stream": 4}
+
+
+class _Triton:
+    made: list = []
+
+    def __init__(self, repo, extra_args=()):
+        self.repo, self.extra_args, self.stopped = repo, extra_args, False
+        _Triton.made.append(self)
+
+    def start(self, timeout_s):
+        if "broken" in str(self.repo):
+            raise TimeoutError("not ready")
+
+    def stop(self):
+        self.stopped = True
+
+
+def test_a_benchs_triton_loads_the_ensemble_and_is_stopped_after_the_block_and_after_a_failed_start(monkeypatch, capsys):
+    import scripts.triton.server as server
+    from scripts.profiles import load_profile
+
+    monkeypatch.setattr(server, "TritonServer", _Triton)
+    with sweep.ensemble_triton("repo", load_profile("cpu"), 5, "count 2") as triton:
+        assert not triton.stopped and triton.extra_args[:2] == ("--model-control-mode=explicit", "--load-model=ensemble")
+    assert triton.stopped and "count 2: Triton ready after" in capsys.readouterr().out
+    with pytest.raises(TimeoutError):
+        with sweep.ensemble_triton("broken", load_profile("cpu")):
+            pass
+    assert _Triton.made[-1].stopped
