@@ -17,6 +17,13 @@ from scripts.lifecycle.versions import renamed_config
 from scripts.triton.repository.lint import lint
 
 CASES = ("syntax", "missing-file", "batch-size")
+#: What Triton says of each case, in the load's answer or its log (the syntax error only in the log):
+#: a failure for another reason (a crash, a timeout) is not the lesson's.
+CAUSES = {
+    "syntax": "failed to read text proto",
+    "missing-file": "model.json is missing",
+    "batch-size": "specified max_batch_size 0",
+}
 FIXES = {
     "syntax": "close the bracket at the line the linter names (Triton's message names only the column)",
     "missing-file": "copy the version's model.json (its engine arguments) into the folder before loading",
@@ -57,6 +64,11 @@ def break_model(source: Path, repo: Path, case: str) -> str:
         (versions[-1] / "model.json").unlink()
     config.write_text(text)
     return folder.name
+
+
+def explained(case: str, error: str, log_lines: list[str]) -> bool:
+    """True when the load's ``error`` or the server's ``log_lines`` for it name the case's cause."""
+    return CAUSES[case] in "\n".join([error, *log_lines])
 
 
 def lint_messages(repo: Path, model: str) -> list[str]:

@@ -111,10 +111,25 @@ def generate_body(prompt: str, max_tokens: int) -> dict[str, str]:
 
 class Triton:
     """One server's model repository (``tritonclient.http``: index, load with a config) and its
-    text-in models' ``generate`` route, which tritonclient does not cover (plain HTTP)."""
+    text-in models' ``generate`` route, which tritonclient does not cover (plain HTTP).
 
-    def __init__(self, http_url: str, timeout_s: float = 300):
-        self.url, self.timeout_s = http_url.rstrip("/"), timeout_s
+    Given the ``server`` itself (a :class:`~scripts.triton.server.TritonServer` this process started)
+    instead of its URL, a load that crashes the server is survived as a supervisor would: Triton 2.51's
+    Python backend can abort while it starts or stops a model's stub on a CPU-starved machine
+    (``boost::interprocess::lock_exception``; seen with ``make test``'s two notebook lanes on two cores).
+    The server is started again (new ports, the crash report on stderr and in ``restarts``), what this
+    client had loaded is loaded again with the same configs, and the load is tried once more."""
+
+    def __init__(self, http_url: str | None = None, timeout_s: float = 300, server: Any = None):
+        if (http_url is None) == (server is None):
+            raise ValueError("give Triton the server's http_url or the server itself, not both")
+        self._url, self.server, self.timeout_s = (http_url or "").rstrip("/"), server, timeout_s
+        self.loaded: dict[str, dict[str, Any] | None] = {}  # name -> the config it was loaded with, in order
+        self.restarts: list[str] = []  # the crash reports of the servers started again
+
+    @property
+    def url(self) -> str:
+        return self.server.http_url if self.server is not None else self._url
 
     @contextmanager
     def _client(self) -> Iterator[Any]:
@@ -142,7 +157,38 @@ class Triton:
 
     def load(self, name: str = MODEL, config: dict[str, Any] | None = None) -> "LoadResult":
         """Load (or reload) a model; ``config`` replaces its ``config.pbtxt`` for this load. A refusal
-        is returned with Triton's message, not raised: the notebook shows it."""
+        is returned with Triton's message, not raised: the notebook shows it. A server that crashed
+        during the load is started again, when this client holds it (see the class)."""
+        try:
+            result = self._load_once(name, config)
+        except Exception:  # the connection broke: a crashed server, or something else to raise
+            if not self._restarted_after_crash():
+                raise
+            result = self._load_once(name, config)
+        if result.ok:
+            self.loaded.pop(name, None)
+            self.loaded[name] = config
+        return result
+
+    def _restarted_after_crash(self, exit_wait_s: float = 10) -> bool:
+        """True when the held server had crashed and runs again with this client's models loaded."""
+        if self.server is None or self.server.process is None:
+            return False
+        deadline = time.monotonic() + exit_wait_s  # the socket may close a moment before the process is reaped
+        while self.server.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not self.server.crashed():
+            return False
+        self.restarts.append(self.server.crash_report())
+        self.server.restart_if_crashed(self.timeout_s)
+        for name, config in list(self.loaded.items()):
+            again = self._load_once(name, config)
+            if not again.ok:
+                raise RuntimeError(f"tritonserver was started again after a crash, but {name!r} did not load "
+                                   f"again: {again.error}")
+        return True
+
+    def _load_once(self, name: str, config: dict[str, Any] | None) -> "LoadResult":
         from tritonclient.utils import InferenceServerException  # noqa: PLC0415
 
         start = time.monotonic()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import stat
 import threading
 from pathlib import Path
@@ -75,7 +76,7 @@ def test_each_broken_copy_is_caught_by_the_linter(versioned, tmp_path, case, rul
     assert name == f"{MODEL}_{case.replace('-', '_')}"
     problems = [p for p in lint(broken) if p.path.is_relative_to(broken / name)]
     assert [p.rule for p in problems] == [rule], problems
-    assert failures.lint_messages(broken, name) and case in failures.FIXES
+    assert failures.lint_messages(broken, name) and case in failures.FIXES and case in failures.CAUSES
     with pytest.raises(ValueError, match="unknown case"):
         failures.break_model(model_dir, broken, "typo")
 
@@ -124,6 +125,13 @@ def test_triton_messages_lose_the_traceback_and_logs_keep_the_error_lines():
     assert failures.first_line("") == ""
     log = "I1 server started\n| lm | 1 | READY |\nE1 failed to open directory /r/lm\n"
     assert failures.error_lines(log) == ["E1 failed to open directory /r/lm"]
+
+
+def test_a_broken_load_is_explained_only_by_its_own_cause():
+    answer = "failed to load 'lm_syntax', failed to poll from model repository"
+    log = ['model_repository_manager.cc:1460] "Poll failed for model directory \'lm_syntax\': failed to read text proto from x"']
+    assert failures.explained("syntax", answer, log) and not failures.explained("syntax", answer, [])
+    assert not failures.explained("missing-file", "failed to connect: connection refused", [])
 
 
 def test_error_lines_read_the_same_whatever_the_pid_and_time():
@@ -238,6 +246,43 @@ def test_the_client_keeps_no_connection_open_between_calls(build_root, tmp_path,
         assert established_to(server.command.http_port) == 0
     assert "still open" not in capsys.readouterr().err
     assert "service connections" not in server.log_path.read_text()
+
+
+ECHO_CONFIG = ('name: "echo"\nbackend: "python"\nmax_batch_size: 0\n'
+               'input [ { name: "x" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+               'output [ { name: "y" data_type: TYPE_FP32 dims: [ 1 ] } ]\n'
+               'instance_group [ { count: 1 kind: KIND_CPU } ]\n')
+
+
+def test_a_load_that_finds_the_server_crashed_starts_it_again_with_what_was_loaded(build_root, tmp_path, capsys):
+    """Triton 2.51's Python backend can abort during a load on a CPU-starved machine; a client holding
+    the server starts it again, loads again what it had loaded (with the config it used), then the load."""
+    model = tmp_path / "repo" / "echo"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(ECHO_CONFIG)
+    (model / "1" / "model.py").write_text("class TritonPythonModel:\n    def execute(self, requests):\n        return []\n")
+    with ts.TritonServer(tmp_path / "repo", exit_timeout_s=2, extra_args=("--model-control-mode=explicit",)) as server:
+        triton = Triton(server=server, timeout_s=120)
+        assert triton.load("echo").ok and triton.states("echo") == {"1": "READY"}
+        old_url, old_pid = triton.url, server.pid
+        # The lock_exception ends it at once (std::terminate); SIGABRT from outside would not: tritonserver
+        # handles that one and shuts down in order, answering meanwhile. SIGKILL ends it as abruptly.
+        os.kill(old_pid, signal.SIGKILL)
+        refused = triton.load("absent")  # the connection breaks: the server had crashed
+        assert not refused.ok and "failed to load 'absent'" in refused.error, refused
+        assert triton.url == server.http_url != old_url and server.pid != old_pid
+        assert triton.states("echo") == {"1": "READY"} and list(triton.loaded) == ["echo"]
+        assert len(triton.restarts) == 1 and "SIGKILL" in triton.restarts[0], triton.restarts
+    assert "starting it again" in capsys.readouterr().err  # never silent
+
+
+def test_a_client_given_only_the_url_raises_when_the_server_is_gone(tmp_path):
+    from scripts.procs.ports import free_port  # noqa: PLC0415
+
+    with pytest.raises(Exception):
+        Triton(f"http://127.0.0.1:{free_port()}", timeout_s=5).load("lm")
+    with pytest.raises(ValueError, match="not both"):
+        Triton()
 
 
 def test_an_answer_shows_the_prompt_and_the_continuation_apart():
