@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -114,18 +115,20 @@ class Triton:
     text-in models' ``generate`` route, which tritonclient does not cover (plain HTTP).
 
     Given the ``server`` itself (a :class:`~scripts.triton.server.TritonServer` this process started)
-    instead of its URL, a load that crashes the server is survived as a supervisor would: Triton 2.51's
-    Python backend can abort while it starts or stops a model's stub on a CPU-starved machine
-    (``boost::interprocess::lock_exception``; seen with ``make test``'s two notebook lanes on two cores).
-    The server is started again (new ports, the crash report on stderr and in ``restarts``), what this
-    client had loaded is loaded again with the same configs, and the load is tried once more."""
+    instead of its URL, a load that takes the server down is survived as a supervisor would. On a
+    CPU-starved machine (``make test``'s two notebook lanes on two cores) Triton 2.51's Python backend
+    has aborted while it started or stopped a model's stub (``boost::interprocess::lock_exception``),
+    and has left a load waiting forever after the model's initialize() returned (a stall,
+    :func:`scripts.triton.crashes.stalled_loads`). Either way the server is started again (new ports;
+    the report on stderr and in ``restarts``), what this client had loaded is loaded again with the
+    same configs, and the load is tried once more."""
 
     def __init__(self, http_url: str | None = None, timeout_s: float = 300, server: Any = None):
         if (http_url is None) == (server is None):
             raise ValueError("give Triton the server's http_url or the server itself, not both")
         self._url, self.server, self.timeout_s = (http_url or "").rstrip("/"), server, timeout_s
         self.loaded: dict[str, dict[str, Any] | None] = {}  # name -> the config it was loaded with, in order
-        self.restarts: list[str] = []  # the crash reports of the servers started again
+        self.restarts: list[str] = []  # why the server was started again: "crashed: ..." or "stalled: ..."
 
     @property
     def url(self) -> str:
@@ -157,36 +160,69 @@ class Triton:
 
     def load(self, name: str = MODEL, config: dict[str, Any] | None = None) -> "LoadResult":
         """Load (or reload) a model; ``config`` replaces its ``config.pbtxt`` for this load. A refusal
-        is returned with Triton's message, not raised: the notebook shows it. A server that crashed
-        during the load is started again, when this client holds it (see the class)."""
-        try:
-            result = self._load_once(name, config)
-        except Exception:  # the connection broke: a crashed server, or something else to raise
-            if not self._restarted_after_crash():
-                raise
-            result = self._load_once(name, config)
-        if result.ok:
+        is returned with Triton's message, not raised: the notebook shows it. When this client holds
+        the server, a load that crashes it or stalls in it starts it again (see the class)."""
+        outcome = self._load_watched(name, config)
+        if isinstance(outcome, str):  # the server is lost: start it again, load what it had, try once more
+            self._start_again(outcome)
+            outcome = self._load_watched(name, config)
+            if isinstance(outcome, str):
+                raise RuntimeError(f"loading {name!r}, tritonserver failed again after it was started again:\n{outcome}")
+        if outcome.ok:
             self.loaded.pop(name, None)
             self.loaded[name] = config
-        return result
+        return outcome
 
-    def _restarted_after_crash(self, exit_wait_s: float = 10) -> bool:
-        """True when the held server had crashed and runs again with this client's models loaded."""
-        if self.server is None or self.server.process is None:
-            return False
-        deadline = time.monotonic() + exit_wait_s  # the socket may close a moment before the process is reaped
-        while self.server.process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if not self.server.crashed():
-            return False
-        self.restarts.append(self.server.crash_report())
-        self.server.restart_if_crashed(self.timeout_s)
+    def _load_watched(self, name: str, config: dict[str, Any] | None, poll_s: float = 1.0) -> "LoadResult | str":
+        """The load's result; or, with a held server, what went wrong with it while it loaded ("crashed:
+        ..." or "stalled: ..."): the load runs in a thread, the server is watched meanwhile."""
+        if self.server is None:
+            return self._load_once(name, config)
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["result"] = self._load_once(name, config)
+            except Exception as exc:  # noqa: BLE001 - a connection the crash broke, or an error to raise below
+                box["error"] = exc
+
+        thread = threading.Thread(target=run, name=f"load-{name}", daemon=True)
+        thread.start()
+        lost = None
+        while thread.is_alive() and lost is None:
+            thread.join(poll_s)
+            if self.server.process.poll() is not None:
+                lost = "crashed"
+            elif stalled := self.server.stalled():
+                lost = "stalled"
+                box["stalled"] = stalled
+        if lost is None and "error" in box:  # the connection broke: the server may be on its way out
+            deadline = time.monotonic() + 10
+            while self.server.process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            lost = "crashed" if self.server.process.poll() is not None else None
+        if lost == "crashed" and self.server.crashed():
+            return f"crashed: {self.server.crash_report()}"
+        if lost == "stalled":
+            return (f"stalled: the load of {', '.join(box['stalled'])} stalled, initialize() returned but "
+                    f"tritonserver never took its answer; log {self.server.log_path}:\n{self.server.log_tail()}")
+        if "error" in box:
+            raise box["error"]
+        if "result" not in box:  # the server exited on its own (not by a signal) while loading
+            raise RuntimeError(f"tritonserver exited while loading {name!r}; log {self.server.log_path}:\n"
+                               f"{self.server.log_tail()}")
+        return box["result"]
+
+    def _start_again(self, lost: str) -> None:
+        """Start the held server again (its report on stderr and in ``restarts``) and load again what it had."""
+        what, _, report = lost.partition(": ")
+        self.restarts.append(lost)
+        self.server.start_again(what if what == "crashed" else "stalled during a load", report, self.timeout_s)
         for name, config in list(self.loaded.items()):
-            again = self._load_once(name, config)
-            if not again.ok:
-                raise RuntimeError(f"tritonserver was started again after a crash, but {name!r} did not load "
-                                   f"again: {again.error}")
-        return True
+            again = self._load_watched(name, config)
+            if isinstance(again, str) or not again.ok:
+                raise RuntimeError(f"tritonserver was started again, but {name!r} did not load again: "
+                                   f"{again if isinstance(again, str) else again.error}")
 
     def _load_once(self, name: str, config: dict[str, Any] | None) -> "LoadResult":
         from tritonclient.utils import InferenceServerException  # noqa: PLC0415

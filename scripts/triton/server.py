@@ -255,12 +255,21 @@ class TritonServer(ManagedServer):
         new server gets new ports. True when it had crashed."""
         if not self.crashed():
             return False
-        report = self.crash_report()
-        self.stop()
-        print(f"tritonserver crashed, starting it again:\n{report}", file=sys.stderr, flush=True)
+        self.start_again("crashed", self.crash_report(), timeout_s)
+        return True
+
+    def start_again(self, what: str, report: str, timeout_s: float = 300) -> None:
+        """Stop what is left of this server (a crashed one's stubs and engines, or a live one whose
+        load stalled) and start it on new ports with a new log; what happened goes to stderr first. A short
+        grace: nothing of a crashed or wedged server exits in order (a stub stuck in a load ignores SIGTERM)."""
+        self.stop(grace_s=2)
+        print(f"tritonserver {what}, starting it again:\n{report}", file=sys.stderr, flush=True)
         self._renew()
         self.start(timeout_s, retries=1)
-        return True
+
+    def stalled(self) -> list[str]:
+        """The models whose load stalled after their initialize() returned (:func:`crashes.stalled_loads`)."""
+        return crashes.stalled_loads(self.log_path.read_text(errors="replace"), time.time(), STALLED_AFTER_S)
 
     def read_tail(self, lines: int) -> str:
         """The log's last ``lines`` lines, Triton's tables left out: its option table alone fills half
@@ -268,7 +277,7 @@ class TritonServer(ManagedServer):
         return crashes.log_tail(self.log_path, lines)
 
     def check_starting(self) -> None:
-        if stalled := crashes.stalled_loads(self.log_path.read_text(errors="replace"), time.time(), STALLED_AFTER_S):
+        if stalled := self.stalled():
             raise TritonStartError(f"the load of {', '.join(stalled)} stalled: initialize() returned more than "
                                    f"{STALLED_AFTER_S} s ago and tritonserver has not taken its answer (the Python "
                                    f"backend's, under heavy CPU load); log {self.log_path}:\n{self.log_tail()}",

@@ -276,6 +276,37 @@ def test_a_load_that_finds_the_server_crashed_starts_it_again_with_what_was_load
     assert "starting it again" in capsys.readouterr().err  # never silent
 
 
+def test_a_load_that_stalls_starts_the_server_again_and_loads_once_more(build_root, tmp_path, capsys):
+    """The other failure of 2.51 under CPU starvation: initialize() returned, the server never took the
+    answer, the load waits forever. Here the model's first initialize() says it returned two minutes
+    ago and hangs, which is what crashes.stalled_loads reads from the log; the second returns."""
+    repo = tmp_path / "repo"
+    for name in ("echo", "slow"):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(ECHO_CONFIG.replace('"echo"', f'"{name}"'))
+    (repo / "echo" / "1" / "model.py").write_text("class TritonPythonModel:\n    def execute(self, requests):\n        return []\n")
+    marker = tmp_path / "stalled-once"
+    (repo / "slow" / "1" / "model.py").write_text(
+        "import pathlib, time\n"
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        f"        marker = pathlib.Path({str(marker)!r})\n"
+        "        if not marker.exists():\n"
+        "            marker.touch()\n"
+        "            print(f\"vllm backend: initialize() of 'slow' returned at {time.time() - 120:.3f}\", flush=True)\n"
+        "            time.sleep(3600)\n"
+        "    def execute(self, requests):\n        return []\n")
+    with ts.TritonServer(repo, exit_timeout_s=1, extra_args=("--model-control-mode=explicit",)) as server:
+        triton = Triton(server=server, timeout_s=120)
+        assert triton.load("echo").ok
+        first_log = server.log_path
+        loaded = triton.load("slow")
+        assert loaded.ok and marker.exists() and server.log_path != first_log, loaded
+        assert triton.states("echo") == {"1": "READY"} and triton.states("slow") == {"1": "READY"}
+        assert len(triton.restarts) == 1 and triton.restarts[0].startswith("stalled: the load of slow"), triton.restarts
+    assert "tritonserver stalled during a load, starting it again" in capsys.readouterr().err
+
+
 def test_a_client_given_only_the_url_raises_when_the_server_is_gone(tmp_path):
     from scripts.procs.ports import free_port  # noqa: PLC0415
 
