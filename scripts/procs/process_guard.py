@@ -154,7 +154,10 @@ def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, 
     """Watch until the group is gone (``"group gone"``) or the owner is (then stop the group).
 
     Every ``shm_every_s`` it notes the ``/dev/shm`` files the group uses, so that files made and
-    mapped by a process that has since died are removed too."""
+    mapped by a process that has since died are removed too: at once, when no running process maps
+    or holds one any more (vLLM's engine leaves its ``psm_*`` queues behind when it dies before it
+    closes them, and an owner's ``stop()`` that comes later no longer sees who had mapped them), and
+    with the rest when the owner goes."""
     shm_seen: set[Path] = set()
     next_scan = 0.0
     while True:
@@ -166,7 +169,10 @@ def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, 
             stop_group(pgid, grace_s, shm_prefix, shm_seen=shm_seen)
             return "owner gone"
         if time.monotonic() >= next_scan:
-            shm_seen |= shm_files_of(members)
+            used = shm_files_of(members)
+            if left := {f for f in shm_seen - used if f.exists()}:  # their processes ended: used elsewhere?
+                shm_seen -= set(remove_unused_shm(left))
+            shm_seen = {f for f in shm_seen if f.exists()} | used
             next_scan = time.monotonic() + shm_every_s
         time.sleep(poll_s)
 

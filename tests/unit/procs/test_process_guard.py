@@ -54,6 +54,37 @@ def test_guard_stops_the_group_when_its_owner_dies(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def test_guard_removes_a_file_the_group_mapped_once_its_process_died_while_owner_and_group_live(tmp_path):
+    """vLLM's engine dies before it closes its psm_* queues (its stub's server crashed); the owner's stop()
+    comes later and no longer sees who mapped them. The guard saw them mapped: it removes them then."""
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    leader = start_group()
+    shm, kept = (Path("/dev/shm") / f"guardtest{os.getpid()}_{n}" for n in ("orphan", "kept"))
+    mapper_code = ("import mmap, sys, time\n"
+                   "files = [open(p, 'w+b') for p in sys.argv[1:]]\n"
+                   "maps = [(f.write(b'x' * 4096), f.flush(), mmap.mmap(f.fileno(), 4096)) for f in files]\n"
+                   "time.sleep(120)\n")
+    try:
+        guard = subprocess.Popen([sys.executable, "-m", "scripts.procs.process_guard", "--owner", str(owner.pid), "--group",
+                                  str(leader.pid), "--grace", "1"], process_group=leader.pid)
+        mapper = subprocess.Popen([sys.executable, "-c", mapper_code, str(shm), str(kept)], process_group=leader.pid)
+        holder = subprocess.Popen([sys.executable, "-c", mapper_code, str(kept)])  # outside the group: kept is in use
+        assert wait_for(lambda: shm.exists() and pg.shm_files_of([mapper.pid, holder.pid]) == {shm, kept})
+        time.sleep(3)  # the guard notes both (it scans every 2 s)
+        mapper.kill()
+        mapper.wait()
+        assert wait_for(lambda: not shm.exists(), timeout_s=10), "the dead process's /dev/shm file was left"
+        assert kept.exists() and guard.poll() is None  # still mapped by another process; the group still runs
+        holder.kill()
+        holder.wait()
+    finally:
+        for path in (shm, kept):
+            path.unlink(missing_ok=True)
+        owner.kill()
+        for pid in pg.live_group_members(leader.pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_guard_outlives_an_owner_that_kills_its_children_as_it_exits(tmp_path):
     """A Ray worker kills its direct children when it exits (ray-project/ray
     doc/source/ray-core/user-spawn-processes.rst, ``RAY_kill_child_processes_on_worker_exit``, on by
