@@ -155,9 +155,9 @@ def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, 
 
     Every ``shm_every_s`` it notes the ``/dev/shm`` files the group uses, so that files made and
     mapped by a process that has since died are removed too: at once, when no running process maps
-    or holds one any more (vLLM's engine leaves its ``psm_*`` queues behind when it dies before it
-    closes them, and an owner's ``stop()`` that comes later no longer sees who had mapped them), and
-    with the rest when the owner goes."""
+    or holds one any more (a vLLM engine that ends before it closes its ``psm_*`` queues leaves them
+    behind, and an owner's ``stop()`` that comes later no longer sees who had mapped them), and with
+    the rest when the owner goes."""
     shm_seen: set[Path] = set()
     next_scan = 0.0
     while True:

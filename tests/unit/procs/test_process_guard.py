@@ -55,7 +55,7 @@ def test_guard_stops_the_group_when_its_owner_dies(tmp_path):
 
 
 def test_guard_removes_a_file_the_group_mapped_once_its_process_died_while_owner_and_group_live(tmp_path):
-    """vLLM's engine dies before it closes its psm_* queues (its stub's server crashed); the owner's stop()
+    """A vLLM engine that ends before it closes its psm_* queues leaves them behind; the owner's stop()
     comes later and no longer sees who mapped them. The guard saw them mapped: it removes them then."""
     owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     leader = start_group()
