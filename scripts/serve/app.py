@@ -134,7 +134,7 @@ async def models(service: Service) -> dict[str, Any]:
 
 
 @api.get("/generate", dependencies=Authorized, response_model=GenerateResponse, openapi_extra=GUARDED,
-         responses=errors(400, 401, 500))
+         responses=errors(400, 401, 500, 503))
 async def generate(service: Service, query: str = Query(..., description="the prompt", examples=["Ray Serve takes"]),
                    max_tokens: int = Query(64, description="tokens to generate at most", examples=[16]),
                    ) -> dict[str, Any]:
@@ -145,14 +145,14 @@ async def generate(service: Service, query: str = Query(..., description="the pr
 @api.post("/v1/chat/completions", dependencies=Authorized, response_model=ChatCompletion,
           openapi_extra=GUARDED | json_request(ChatCompletionRequest,
                                                {"messages": [{"role": "user", "content": "What is Triton?"}]}),
-          responses=streamed(ChatCompletionChunk) | errors(400, 401, 404, 413, 415, 500))
+          responses=streamed(ChatCompletionChunk) | errors(400, 401, 404, 413, 415, 500, 503))
 async def chat_completions(body: Body, service: Service):
     return _reply(await service.chat_completions(body))
 
 
 @api.post("/v1/completions", dependencies=Authorized, response_model=TextCompletion,
           openapi_extra=GUARDED | json_request(CompletionRequest, {"prompt": "Ray Serve takes"}),
-          responses=streamed(TextCompletionChunk) | errors(400, 401, 404, 413, 415, 500))
+          responses=streamed(TextCompletionChunk) | errors(400, 401, 404, 413, 415, 500, 503))
 async def completions(body: Body, service: Service):
     return _reply(await service.completions(body))
 

@@ -27,7 +27,7 @@ FinishReason = Literal["stop", "length"]
 
 class ErrorDetail(BaseModel):
     message: str = Field(description="what went wrong and what to change")
-    type: str = Field(description="invalid_request_error for a 4xx, server_error for a 500")
+    type: str = Field(description="invalid_request_error for a 4xx, server_error for a 500 or 503")
     param: Optional[str] = Field(description="the request field at fault, if one is")
     code: Optional[str] = Field(description="invalid_api_key, model_not_found, context_length_exceeded or null")
 
@@ -167,6 +167,7 @@ ERROR_DESCRIPTIONS = {
     413: "The request body is larger than the server's limit.",
     415: "The body was not sent as 'Content-Type: application/json'.",
     500: "Triton failed the request (type server_error).",
+    503: "No Triton answers: it crashed or is restarting (type server_error, code triton_unavailable); retry shortly.",
 }
 
 

@@ -13,7 +13,7 @@ from scripts.serve.openai_api import (SSE_DONE, Generation, OpenAIError, chunk_b
                                       sse, usage)
 from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
 from scripts.triton.backend.request_handling import check_prompt_bytes, check_prompt_tokens, longest_token_bytes
-from scripts.triton.client import Chunk, TritonLLM, TritonRequestError
+from scripts.triton.client import Chunk, TritonLLM, TritonRequestError, TritonUnavailable
 from scripts.triton.engine_request import EngineInputs
 from scripts.triton.repository.fill import RepositoryFacts
 from scripts.triton.sampling import EnsembleRequest, engine_inputs, ensemble_inputs
@@ -36,7 +36,11 @@ def request_parameters(gen: Generation) -> dict[str, Any] | None:
 
 
 def triton_failed(exc: TritonRequestError) -> OpenAIError:
-    """What a client sees when Triton refuses or fails a request the app had accepted."""
+    """What a client sees when Triton refuses or fails a request the app had accepted: 503 when no
+    Triton answers (a client may retry: Serve restarts the replica that owns it), else 500."""
+    if isinstance(exc, TritonUnavailable):
+        return OpenAIError(503, f"Triton is unavailable, retry shortly: {exc}", type="server_error",
+                           code="triton_unavailable")
     return OpenAIError(500, f"Triton could not serve the request: {exc}", type="server_error")
 
 

@@ -18,6 +18,11 @@ class TritonRequestError(RuntimeError):
     """Triton refused or failed a request; the message is Triton's."""
 
 
+class TritonUnavailable(TritonRequestError):
+    """No Triton answers at the address (it crashed, is restarting, or was never started): the
+    request never reached a model. A replica answers 503, and its health check sees the same."""
+
+
 #: The ensemble outputs a client reads; ``output_ids`` only where the ensemble declares it
 #: (this repository's does; TensorRT-LLM's stock ensemble does not).
 CHUNK_OUTPUTS = ("text_output", "sequence_length", "output_ids")
@@ -158,6 +163,7 @@ class GrpcModel:
 
     async def generate(self, inputs: dict[str, np.ndarray], parameters: dict[str, Any] | None = None) -> AsyncIterator[Chunk]:
         """The responses of one request; ``parameters``: Triton request parameters (``{name: value}``)."""
+        import grpc  # noqa: PLC0415
         import tritonclient.grpc.aio as grpcclient  # noqa: PLC0415
         from tritonclient.utils import np_to_triton_dtype  # noqa: PLC0415
 
@@ -184,6 +190,8 @@ class GrpcModel:
                 yield chunk_from_outputs(*(result.as_numpy(name) if name in self.outputs else None
                                            for name in CHUNK_OUTPUTS))
             done = True
+        except grpc.aio.AioRpcError as exc:  # the stream itself failed: not Triton's answer to the request
+            raise rpc_failed(exc, self.grpc_url) from None
         finally:
             if not done:  # the client went away or failed: Triton cancels the request, vLLM aborts it
                 responses.cancel()
@@ -192,6 +200,16 @@ class GrpcModel:
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+
+def rpc_failed(exc: Any, grpc_url: str) -> TritonRequestError:
+    """The request error for a gRPC stream that failed (``grpc.aio.AioRpcError``): :class:`TritonUnavailable`
+    when nothing answers at ``grpc_url`` (UNAVAILABLE: connection refused, or the server went away mid-stream)."""
+    code = exc.code()
+    if code is not None and code.name == "UNAVAILABLE":
+        return TritonUnavailable(f"no Triton answers at {grpc_url} ({exc.details()}): it crashed, is restarting or "
+                                 "was stopped; its owner's health check restarts it")
+    return TritonRequestError(f"gRPC {code.name if code else 'error'}: {exc.details()}")
 
 
 class AttachedTriton:

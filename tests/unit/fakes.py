@@ -47,13 +47,13 @@ CHUNKS_TEXT = "Triton loads the model"
 
 class FakeBackend:
     """A started Triton (:class:`scripts.triton.client.TritonLLM`) that answers every request with
-    ``chunks``; with ``fail=i`` it raises Triton's request error instead of sending chunk ``i``."""
+    ``chunks``; with ``fail=i`` it raises Triton's request error (``error``) instead of sending chunk ``i``."""
 
     mode = "fake"
 
-    def __init__(self, chunks=CHUNKS, fail=None):
+    def __init__(self, chunks=CHUNKS, fail=None, error=None):
         self.chunks, self.fail, self.calls, self.is_ready, self.stops = list(chunks), fail, [], True, 0
-        self.parameters = []
+        self.parameters, self.error = [], error or TritonRequestError("engine failed")
 
     async def ready(self):
         return self.is_ready
@@ -63,7 +63,7 @@ class FakeBackend:
         self.parameters.append(parameters)
         for i, chunk in enumerate(self.chunks):
             if self.fail is not None and i == self.fail:
-                raise TritonRequestError("engine failed")
+                raise self.error
             yield chunk
 
     def info(self):

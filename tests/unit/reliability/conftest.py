@@ -18,6 +18,7 @@ from scripts.engine.config import write_engine_config
 from scripts.paths import BUILD_DIR_ENV, REPO_ROOT
 from scripts.profiles import load_profile
 from scripts.procs.process_guard import is_running
+from scripts.triton.crashes import log_tail
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 
 from fakes import install_model
@@ -37,6 +38,13 @@ class OwnedTriton:
 
     def alive(self) -> bool:
         return self.owner.poll() is None and is_running(self.info["pid"])
+
+    def state(self) -> str:
+        """Whether the owner and its Triton still run, and the Triton log's tail: what a failure
+        of a test over this stack needs to be read (a crash of Triton, or a stalled engine)."""
+        return (f"owner {'running' if self.owner.poll() is None else f'exited with {self.owner.returncode}'}, "
+                f"tritonserver {self.info['pid']} {'running' if is_running(self.info['pid']) else 'gone'}; "
+                f"log {self.info['log']}:\n{log_tail(Path(self.info['log']), 30)}")
 
 
 @pytest.fixture(scope="package")

@@ -29,6 +29,10 @@ def stack(owned_triton):
     service = LLMService(AttachedTriton(owned_triton.info["grpc_url"], owned_triton.repo), facts,
                          load_tokenizer(facts.tokenizer_dir), "tiny-llama", 16)
     with serving(service) as base:
+        try:  # the stack serves before any case is judged; if not, one error that says why, not 50 failures
+            good_serve_request(base)
+        except (AssertionError, requests.RequestException) as exc:
+            pytest.fail(f"the stack does not serve a good request ({exc}); {owned_triton.state()}")
         yield base, owned_triton
 
 

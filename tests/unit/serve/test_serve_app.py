@@ -14,6 +14,7 @@ from scripts.paths import REPO_ROOT
 from scripts.profiles import load_profile
 from scripts.serve import app as serve_app
 from scripts.serve.openai_api import parse_sse
+from scripts.triton.client import TritonUnavailable
 
 from fakes import CHUNKS_TEXT, FakeBackend, FakeTokenizer, fake_service, routes_answered_by
 
@@ -101,6 +102,15 @@ def test_a_request_triton_refuses_is_a_500_even_when_streamed(route, request_bod
     with routes_answered_by(fake_service(fail=0)) as app, TestClient(app) as http:
         error = openai_error(http.post(route, json=request_body), 500)
     assert error["type"] == "server_error" and error["message"] == "Triton could not serve the request: engine failed"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_request_when_no_triton_answers_is_a_503_that_says_to_retry(stream):
+    service = fake_service(fail=0)
+    service.backend.error = TritonUnavailable("no Triton answers at 127.0.0.1:1 (Connection refused)")
+    with routes_answered_by(service) as app, TestClient(app) as http:
+        error = openai_error(http.post("/v1/chat/completions", json={"messages": USER, "stream": stream}), 503)
+    assert error["code"] == "triton_unavailable" and error["message"].startswith("Triton is unavailable, retry shortly")
 
 
 def test_a_failure_during_the_stream_ends_it_with_an_error_event():

@@ -281,3 +281,22 @@ def test_notebook_05_runs_a_triton_process_of_its_own_where_tritonserver_imports
     assert client.own_process_mode(mode, "notebook 05 kills its process") == "managed"
     code = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     assert "own_process_mode(TRITON_MODE" in code and '"mode": TRITON_MODE' not in code
+
+
+def test_a_request_to_an_address_where_no_triton_answers_is_unavailable_and_names_it():
+    """Triton crashed or restarting: gRPC's UNAVAILABLE becomes TritonUnavailable (a replica's 503),
+    not the raw AioRpcError (which the routes would turn into a bare 500 with a traceback)."""
+    from scripts.procs.ports import free_port  # noqa: PLC0415
+
+    url = f"127.0.0.1:{free_port()}"
+    model = triton_llm.GrpcModel(url)
+    inputs = {"text_input": np.array([["hi"]], dtype=object), "max_tokens": np.array([[4]], dtype=np.int32)}
+
+    async def first():
+        try:
+            return [chunk async for chunk in model.generate(inputs)]
+        finally:
+            await model.close()
+
+    with pytest.raises(triton_llm.TritonUnavailable, match=f"no Triton answers at {url}"):
+        asyncio.run(first())
