@@ -31,9 +31,9 @@ set_hypothesis_home_dir(build_dir() / "hypothesis")
 
 POSTS = {"/v1/chat/completions": "messages", "/v1/completions": "prompt"}
 SAMPLING = {"max_tokens", "max_completion_tokens", "stream", "stream_options", "stop", "seed", "n", "ignore_eos"}
-STATUSES = {"/v1/chat/completions": {"200", "400", "401", "404", "413", "415", "500"},
-            "/v1/completions": {"200", "400", "401", "404", "413", "415", "500"},
-            "/generate": {"200", "400", "401", "500"}, "/v1/models": {"200", "401"}, "/health": {"200", "503"}}
+STATUSES = {"/v1/chat/completions": {"200", "400", "401", "404", "413", "415", "500", "503"},
+            "/v1/completions": {"200", "400", "401", "404", "413", "415", "500", "503"},
+            "/generate": {"200", "400", "401", "500", "503"}, "/v1/models": {"200", "401"}, "/health": {"200", "503"}}
 USER = [{"role": "user", "content": "What does Triton do?"}]
 
 
