@@ -29,7 +29,7 @@ class ErrorDetail(BaseModel):
     message: str = Field(description="what went wrong and what to change")
     type: str = Field(description="invalid_request_error for a 4xx, server_error for a 500 or 503")
     param: Optional[str] = Field(description="the request field at fault, if one is")
-    code: Optional[str] = Field(description="invalid_api_key, model_not_found, context_length_exceeded or null")
+    code: Optional[str] = Field(description="invalid_api_key, model_not_found, context_length_exceeded, triton_unavailable or null")
 
 
 class ErrorResponse(BaseModel):
