@@ -208,7 +208,7 @@ def rpc_failed(exc: Any, grpc_url: str) -> TritonRequestError:
     code = exc.code()
     if code is not None and code.name == "UNAVAILABLE":
         return TritonUnavailable(f"no Triton answers at {grpc_url} ({exc.details()}): it crashed, is restarting or "
-                                 "was stopped; its owner's health check restarts it")
+                                 "was stopped")
     return TritonRequestError(f"gRPC {code.name if code else 'error'}: {exc.details()}")
 
 
