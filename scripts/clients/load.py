@@ -163,6 +163,19 @@ class RetryingLoad(ChatLoad):
             raise RuntimeError(f"no request succeeded within {timeout_s:g} s: {self.report.format()} {self.failure!r}")
         return self
 
+    def wait_succeeded(self, more: int, timeout_s: float) -> int:
+        """Block until ``more`` requests beyond those already counted have succeeded (observed, not a
+        fixed pause); returns how many succeeded in all. ``TimeoutError`` with the report if not."""
+        target, deadline = self.report.succeeded + more, time.monotonic() + timeout_s
+        while self.report.succeeded < target:
+            if self.failure is not None:
+                raise RuntimeError(f"the load generator stopped: {self.failure!r}") from self.failure
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited {timeout_s:g} s for {more} more requests to {self.url} to succeed: "
+                                   f"{self.report.format()}")
+            time.sleep(0.05)
+        return self.report.succeeded
+
     def stop(self, timeout_s: float = 600) -> LoadReport:
         """Stop sending; wait for the requests in flight (and their retries) to end."""
         self.halt(timeout_s)
@@ -230,6 +243,26 @@ class SteadyLoad(LoadThread):
                 raise RuntimeError(f"the load generator stopped: {self.failure!r}") from self.failure
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(self.records)} of {count} requests to {self.url} ended in {timeout_s} s")
+            time.sleep(0.05)
+
+    def wait_answers(self, count: int, timeout_s: float, since: str | None = None, **match: Any) -> list[Record]:
+        """Block until ``count`` requests sent after the mark ``since`` (all, if None) were answered
+        (HTTP 200) with every :class:`Record` field in ``match`` (``version=2``, ``retried=True``);
+        returns them. A state reached by observation, not by a fixed phase a slow machine misses:
+        ``TimeoutError`` says what was awaited and what came instead."""
+        start = self.marks[since] if since is not None else float("-inf")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            after = [r for r in list(self.records) if r.start_s >= start]
+            found = [r for r in after if r.ok and all(getattr(r, k) == v for k, v in match.items())]
+            if len(found) >= count:
+                return found
+            if self.failure is not None:
+                raise RuntimeError(f"the load generator stopped: {self.failure!r}") from self.failure
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"waited {timeout_s:g} s for {count} answers {match or ''} from {self.url}"
+                                   f"{f' after {since!r}' if since else ''}: {len(found)} came; of the "
+                                   f"{len(after)} requests that ended: {summary(after)}")
             time.sleep(0.05)
 
     def mark(self, label: str) -> float:

@@ -10,7 +10,6 @@ import re
 import shutil
 import stat
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from scripts.lifecycle.versions import renamed_config
@@ -77,12 +76,24 @@ def lint_messages(repo: Path, model: str) -> list[str]:
             if p.path.is_relative_to(repo / model)]
 
 
-def private_copy(model_dir: Path, repo: Path, name: str) -> Path:
+def serving_user(requested: str) -> tuple[str, str | None]:
+    """Who the permissions lesson serves as: ``(user, run_as)``. Root can drop to ``requested``
+    (``TritonServer(run_as=...)``, setpriv); anyone else cannot switch users, so the server runs as
+    themselves (``run_as`` None) and the lesson takes their own read permission away instead."""
+    if os.geteuid() == 0:
+        return requested, requested
+    import pwd  # noqa: PLC0415
+
+    return pwd.getpwuid(os.geteuid()).pw_name, None
+
+
+def private_copy(model_dir: Path, repo: Path, name: str, user: str) -> Path:
     """A copy of the model in ``repo/name`` with copies of the checkpoints it names (in
-    ``repo/checkpoints``, its ``model.json`` files pointing there), as a deployment copies them:
-    the model folder owner-only (:func:`make_private`), each checkpoint's weights with the mode
+    ``repo/checkpoints``, its ``model.json`` files pointing there), as a deployment copies them: the
+    model folder closed to ``user`` (:func:`close_to`), and each checkpoint's weights with the mode
     ``save_pretrained`` gives ``model.safetensors`` here (0600; the tokenizer files beside it get
-    0644). Earlier runs or a reader's ``chmod`` of the originals change nothing."""
+    0644), or, when ``user`` owns the copy, with no read permission at all. Earlier runs or a
+    reader's ``chmod`` of the originals change nothing."""
     folder = copy_model(model_dir, repo, name)
     for model_json in sorted(folder.glob("*/model.json")):
         arguments = json.loads(model_json.read_text())
@@ -91,24 +102,55 @@ def private_copy(model_dir: Path, repo: Path, name: str) -> Path:
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(source, target)
         for weights in target.glob("*.safetensors"):
-            weights.chmod(stat.S_IRUSR | stat.S_IWUSR)
+            weights.chmod(stat.S_IWUSR if _owns(user, weights) else stat.S_IRUSR | stat.S_IWUSR)
         arguments.update({k: str(target) for k in ("model", "tokenizer") if arguments.get(k) == str(source)})
         model_json.write_text(json.dumps(arguments, indent=2) + "\n")
-    make_private(folder)
+    close_to(folder, user)
     return folder
 
 
-def make_private(folder: Path) -> None:
-    """Owner-only modes (0700 folders, 0600 files), as a copy made with a umask of 077 leaves them."""
-    for path in [folder, *folder.rglob("*")]:
-        path.chmod(stat.S_IRWXU if path.is_dir() else stat.S_IRUSR | stat.S_IWUSR)
+def _owns(user: str, path: Path) -> bool:
+    import pwd  # noqa: PLC0415
+
+    return path.stat().st_uid == pwd.getpwnam(user).pw_uid
+
+
+def close_to(folder: Path, user: str) -> None:
+    """Modes that keep ``user`` out of ``folder``: owner-only (0700 folders, 0600 files, as a copy made
+    with a umask of 077 leaves them) when another user owns it; when ``user`` owns it, the owner's
+    read permission goes too (0300 folders, 0200 files: it may still write, as a copy in progress)."""
+    owner = _owns(user, folder)
+    for path in [*sorted(folder.rglob("*"), reverse=True), folder]:  # the folder last: it must stay listable until then
+        if path.is_dir():
+            path.chmod(stat.S_IWUSR | stat.S_IXUSR if owner else stat.S_IRWXU)
+        else:
+            path.chmod(stat.S_IWUSR if owner else stat.S_IRUSR | stat.S_IWUSR)
 
 
 def make_readable(folder: Path) -> None:
-    """The fix of :func:`make_private`: everyone may read the files and enter the folders (a+rX)."""
-    for path in [folder, *folder.rglob("*")]:
-        extra = stat.S_IRGRP | stat.S_IROTH | (stat.S_IXGRP | stat.S_IXOTH if path.is_dir() else 0)
-        path.chmod(path.stat().st_mode | extra)
+    """The fix of :func:`close_to`: everyone may read the files and enter the folders (``chmod -R a+rX``)."""
+    folder.chmod(folder.stat().st_mode | _READ_BITS | (_ENTER_BITS if folder.is_dir() else 0))
+    if folder.is_dir():
+        for root, dirs, files in os.walk(folder):  # top-down: each folder opened before it is listed
+            for name in dirs:
+                path = Path(root, name)
+                path.chmod(path.stat().st_mode | _READ_BITS | _ENTER_BITS)
+            for name in files:
+                path = Path(root, name)
+                path.chmod(path.stat().st_mode | _READ_BITS)
+
+
+_READ_BITS = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
+_ENTER_BITS = stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH
+
+
+def fresh_dir(path: Path) -> Path:
+    """An empty folder at ``path``, whatever modes an earlier run left inside it."""
+    if path.exists():
+        make_readable(path)
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
 
 
 def served_paths(model_folder: Path) -> list[Path]:
@@ -122,13 +164,14 @@ def served_paths(model_folder: Path) -> list[Path]:
 
 def unreadable_for(user: str, paths: list[Path]) -> list[Path]:
     """The files and folders under ``paths`` that ``user`` cannot read (or enter), by their mode bits:
-    the check a root shell cannot make by trying, since root reads everything."""
+    the check a root shell cannot make by trying, since root reads everything. A folder this process
+    cannot list is reported, not entered."""
     import pwd  # noqa: PLC0415
 
     entry = pwd.getpwnam(user)
     found = []
     for top in paths:
-        for path in [top, *sorted(top.rglob("*"))] if top.is_dir() else [top]:
+        for path in _listable(top):
             st = path.stat()
             mode = st.st_mode
             bits = (stat.S_IRUSR | stat.S_IXUSR, stat.S_IRGRP | stat.S_IXGRP, stat.S_IROTH | stat.S_IXOTH)
@@ -137,6 +180,18 @@ def unreadable_for(user: str, paths: list[Path]) -> list[Path]:
             if mode & need != need:
                 found.append(path)
     return found
+
+
+def _listable(top: Path):
+    """``top`` and, in sorted order, everything under it that this process can list."""
+    yield top
+    if top.is_dir():
+        try:
+            children = sorted(top.iterdir())
+        except PermissionError:
+            return
+        for child in children:
+            yield from _listable(child)
 
 
 #: What varies from run to run at the start of a log line: Triton's glog prefix (severity, date, time,
@@ -150,27 +205,6 @@ def error_lines(log: str, pattern: str = r"(?i)error|failed|denied") -> list[str
     without what differs between runs at their start (so a line cut to a width reads the same)."""
     return [_PID.sub(r"(\1)", _RUN_PREFIX.sub("", line)).strip() for line in log.splitlines()
             if re.search(pattern, line) and not line.startswith("|")]
-
-
-@dataclass
-class HalfCopy:
-    """A version folder copied into a polled repository in two steps, as ``cp -r`` or a slow sync
-    does: the folder first, its ``model.json`` ``delay_s`` later."""
-
-    source: Path  # a complete version folder
-    target: Path  # where it appears, e.g. repo/lm/2
-    delay_s: float
-    steps: list[tuple[float, str]] = field(default_factory=list)
-
-    def run(self) -> None:
-        start = time.monotonic()
-        self.target.mkdir()
-        self.steps.append((0.0, f"created {self.target.name}/ (empty)"))
-        time.sleep(self.delay_s)
-        for item in sorted(self.source.iterdir()):
-            shutil.copy2(item, self.target / item.name)
-        os.utime(self.target)
-        self.steps.append((time.monotonic() - start, f"copied {', '.join(sorted(p.name for p in self.source.iterdir()))}"))
 
 
 def atomic_copy(source: Path, target: Path) -> None:
@@ -187,19 +221,63 @@ def first_line(message: str) -> str:
     return message.split("\n\nAt:", 1)[0].strip().splitlines()[0] if message.strip() else ""
 
 
+class VersionWatch:
+    """What a client of a polling server sees of one model, change by change: its version states and
+    the version that answers an unpinned request. ``seen``: ``{"t", "states", "answered"}`` per change
+    (``answered`` None on an error); ``steps``: ``(t, what)`` for each change made to the repository."""
+
+    def __init__(self, triton, name: str, prompt: str, max_tokens: int = 4, log_tail=None):
+        self.triton, self.name, self.prompt, self.max_tokens = triton, name, prompt, max_tokens
+        self.log_tail = log_tail  # () -> str: the server's log, for a timeout's message
+        self.start = time.monotonic()
+        self.seen: list[dict] = []
+        self.steps: list[tuple[float, str]] = []
+
+    def now(self) -> float:
+        return round(time.monotonic() - self.start, 1)
+
+    def step(self, what: str) -> None:
+        self.steps.append((self.now(), what))
+
+    def poll(self) -> dict[str, str]:
+        states = self.triton.states(self.name)
+        answered = self.triton.ask(self.prompt, name=self.name, max_tokens=self.max_tokens).version
+        if not self.seen or (self.seen[-1]["states"], self.seen[-1]["answered"]) != (states, answered):
+            self.seen.append({"t": self.now(), "states": states, "answered": answered})
+        return states
+
+    def until(self, version: str, state: str, timeout_s: float, poll_s: float = 0.5, why: str = "") -> list[dict]:
+        """Poll until ``version`` is in ``state``; returns what was seen. Raises TimeoutError after
+        ``timeout_s`` with what was seen and the server's log tail."""
+        deadline = time.monotonic() + timeout_s
+        while self.poll().get(version) != state:
+            if time.monotonic() > deadline:
+                tail = f"\nthe server's log ends:\n{self.log_tail()}" if self.log_tail else ""
+                raise TimeoutError(f"waited {timeout_s:g} s for version {version} of {self.name!r} to be {state}"
+                                   f"{f' ({why})' if why else ''}; seen: {self.seen}{tail}")
+            time.sleep(poll_s)
+        return self.seen
+
+
+def half_copy(watch: VersionWatch, source: Path, target: Path, timeout_s: float, poll_s: float = 0.5) -> list[dict]:
+    """Copy the version folder ``source`` into a polled repository as ``cp -r`` or a slow sync does:
+    the folder first, empty; its files only once the server has tried that folder and reported the
+    version UNAVAILABLE (seen, not timed: a fixed delay misses the poll on a slow machine); then wait
+    until the version is READY. Returns what ``watch`` saw."""
+    target.mkdir()
+    watch.step(f"created {target.name}/ (empty)")
+    watch.until(target.name, "UNAVAILABLE", timeout_s, poll_s, why="the server tries the empty folder and fails")
+    names = sorted(p.name for p in source.iterdir())
+    for name in names:
+        shutil.copy2(source / name, target / name)
+    os.utime(target)
+    watch.step(f"copied {', '.join(names)}")
+    return watch.until(target.name, "READY", timeout_s, poll_s, why="the next poll loads the complete folder")
+
+
 def watch_versions(triton, name: str, prompt: str, until_ready: str, timeout_s: float, poll_s: float = 0.5,
                    max_tokens: int = 4) -> list[dict]:
     """Poll a model's version states and ask it ``prompt`` (no version) until version ``until_ready``
-    is READY; returns each change seen: ``{"t", "states", "answered"}`` (the version that answered,
-    None on an error). Raises TimeoutError, with what was seen, after ``timeout_s``."""
-    start, seen = time.monotonic(), []
-    while True:
-        states = triton.states(name)
-        answered = triton.ask(prompt, name=name, max_tokens=max_tokens).version
-        if not seen or (seen[-1]["states"], seen[-1]["answered"]) != (states, answered):
-            seen.append({"t": round(time.monotonic() - start, 1), "states": states, "answered": answered})
-        if states.get(until_ready) == "READY":
-            return seen
-        if time.monotonic() - start > timeout_s:
-            raise TimeoutError(f"version {until_ready} of {name!r} not READY after {timeout_s} s; seen: {seen}")
-        time.sleep(poll_s)
+    is READY; returns each change seen (:class:`VersionWatch`). Raises TimeoutError, with what was
+    seen, after ``timeout_s``."""
+    return VersionWatch(triton, name, prompt, max_tokens).until(until_ready, "READY", timeout_s, poll_s)

@@ -56,7 +56,7 @@ def test_retrying_load_loses_nothing_when_the_server_recovers():
     service.backend = FailingAtFirst(5)
     with serving(service) as url:
         load = RetryingLoad(url, concurrency=2, max_tokens=4, backoff_s=0.01).start()
-        time.sleep(0.3)
+        assert load.wait_succeeded(10, timeout_s=60) >= 11  # past the 5 failures, however slow the machine
         report = load.stop()
     assert report.lost == 0 and report.succeeded == report.requests > 0
     assert report.failed_attempts == 5 and report.attempt_errors == {"HTTP 500": 5} and 1 <= report.retried <= 5
@@ -70,6 +70,12 @@ def test_retrying_load_gives_up_and_counts_the_request_lost():
             load.start(timeout_s=1)
         report = load.stop()
     assert report.lost >= 1 and report.succeeded == 0 and report.failed_attempts >= 2
+    with serving(fake_service(fail=0)) as url:
+        load = RetryingLoad(url, concurrency=1, max_tokens=4, give_up_s=5, backoff_s=0.05)
+        load.begin(lambda: load.report.requests > 0, timeout_s=5)
+        with pytest.raises(TimeoutError, match=r"for 1 more requests to .* to succeed: 1 requests: 0 succeeded"):
+            load.wait_succeeded(1, timeout_s=0.3)
+        load.stop()
 
 
 def test_load_report_and_error_kind():
@@ -119,6 +125,19 @@ def test_the_steady_load_records_every_request_and_its_failures(http_url):
     assert bad and all(r.status == 502 and r.error == "green: down" for r in bad)
     with pytest.raises(ValueError, match="at least 1"):
         load.SteadyLoad(http_url, concurrency=0)
+
+
+def test_the_steady_load_waits_for_answers_it_observes_and_says_what_came_instead(http_url):
+    """Phases end on answers seen (``wait_answers``), never on a fixed time a slow box misses."""
+    steady = load.SteadyLoad(http_url, concurrency=2, prompt="hello", max_tokens=2).start()
+    try:
+        steady.mark("now")
+        got = steady.wait_answers(5, timeout_s=30, since="now", version=1, color="blue")
+        assert len(got) >= 5 and all(r.start_s >= steady.marks["now"] and r.version == 1 for r in got)
+        with pytest.raises(TimeoutError, match=r"for 1 answers \{'version': 2\} from .* after 'now': 0 came; .*'by_version': \{1: "):
+            steady.wait_answers(1, timeout_s=0.3, since="now", version=2)
+    finally:
+        steady.stop()
 
 
 def test_a_load_against_nothing_fails_its_records_not_the_caller():

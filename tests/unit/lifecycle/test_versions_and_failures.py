@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pwd
 import signal
 import stat
-import threading
 from pathlib import Path
 
 import pytest
@@ -94,7 +94,7 @@ def test_the_permission_preflight_finds_what_another_user_cannot_read(versioned)
     os.chmod(checkpoints[2] / "model.safetensors", 0o600)
     user = "nobody"
     assert failures.unreadable_for(user, paths) == [checkpoints[2] / "model.safetensors"]
-    failures.make_private(model_dir)
+    failures.close_to(model_dir, user)  # another user owns it: owner-only modes
     assert stat.S_IMODE(model_dir.stat().st_mode) == 0o700 and stat.S_IMODE((model_dir / "config.pbtxt").stat().st_mode) == 0o600
     assert model_dir in failures.unreadable_for(user, paths)
     failures.make_readable(model_dir)
@@ -103,18 +103,59 @@ def test_the_permission_preflight_finds_what_another_user_cannot_read(versioned)
     assert stat.S_IMODE(model_dir.stat().st_mode) == 0o755
 
 
-def test_a_half_copy_shows_the_empty_folder_first_and_an_atomic_copy_shows_all_at_once(versioned, tmp_path):
+class _Polled:
+    """A polling server as a client sees it: an empty version folder is LOADING for a few polls, then
+    UNAVAILABLE; once it holds files it loads. ``polls_to_fail``: how slow the server is to give up."""
+
+    def __init__(self, folder: Path, polls_to_fail: int):
+        self.folder, self.polls_to_fail, self.polls = folder, polls_to_fail, 0
+
+    def states(self, name):
+        self.polls += 1
+        if not self.folder.is_dir():
+            return {"1": "READY"}
+        if list(self.folder.iterdir()):
+            return {"1": "UNLOADING", "2": "READY"}
+        return {"1": "READY", "2": "UNAVAILABLE" if self.polls > self.polls_to_fail else "LOADING"}
+
+    def ask(self, prompt, name, max_tokens):
+        return type("A", (), {"version": 2 if self.folder.is_dir() and list(self.folder.iterdir()) else 1})()
+
+
+@pytest.mark.parametrize("polls_to_fail", [1, 50])
+def test_a_half_copy_completes_only_after_the_server_reported_the_empty_folder_unavailable(versioned, tmp_path, polls_to_fail):
+    """However slow the server is to try the empty folder, the copier waits for its UNAVAILABLE
+    (observed, never a fixed delay), then copies, then waits for READY."""
     _, _, model_dir, _ = versioned
     target = tmp_path / "polled" / "2"
     target.parent.mkdir()
-    copy = failures.HalfCopy(model_dir / "2", target, delay_s=0.3)
-    thread = threading.Thread(target=copy.run)
-    thread.start()
-    thread.join(0.15)
-    assert target.is_dir() and not list(target.iterdir())
-    thread.join()
-    assert [p.name for p in target.iterdir()] == ["model.json"] and copy.steps[-1][0] >= 0.3
+    server = _Polled(target, polls_to_fail)
+    watch = failures.VersionWatch(server, "lm", "p")
+    seen = failures.half_copy(watch, model_dir / "2", target, timeout_s=5, poll_s=0.01)
+    states = [s["states"].get("2") for s in seen]
+    assert states == ["LOADING", "UNAVAILABLE", "READY"], seen
+    assert [what for _, what in watch.steps] == ["created 2/ (empty)", "copied model.json"]
+    unavailable_at = next(s["t"] for s in seen if s["states"].get("2") == "UNAVAILABLE")
+    assert watch.steps[1][0] >= unavailable_at and seen[-1]["answered"] == 2
+    assert [p.name for p in target.iterdir()] == ["model.json"]
+
+
+def test_a_half_copy_that_is_never_tried_times_out_saying_what_it_waited_for(versioned, tmp_path):
+    _, _, model_dir, _ = versioned
+    target = tmp_path / "polled" / "2"
+    target.parent.mkdir()
+    server = _Polled(target, polls_to_fail=10**6)
+    watch = failures.VersionWatch(server, "lm_polled", "p", log_tail=lambda: "I1207 poll done")
+    with pytest.raises(TimeoutError, match=r"(?s)version 2 of 'lm_polled' to be UNAVAILABLE \(the server tries the empty "
+                                           r"folder and fails\).*LOADING.*I1207 poll done"):
+        failures.half_copy(watch, model_dir / "2", target, timeout_s=0.3, poll_s=0.01)
+    assert not list(target.iterdir())  # never completed: the lesson's state was not reached
+
+
+def test_an_atomic_copy_shows_all_at_once(versioned, tmp_path):
+    _, _, model_dir, _ = versioned
     other = tmp_path / "polled" / "3"
+    other.parent.mkdir()
     failures.atomic_copy(model_dir / "2", other)
     assert [p.name for p in other.iterdir()] == ["model.json"] and not list(tmp_path.glob("polled/.*"))
 
@@ -227,12 +268,33 @@ def test_the_http_client_builds_versioned_routes():
 def test_a_private_copy_has_its_own_checkpoints_with_owner_only_weights(versioned, tmp_path):
     _, _, model_dir, checkpoints = versioned
     os.chmod(checkpoints[1] / "model.safetensors", 0o644)  # an earlier fix of the original changes nothing
-    copy = failures.private_copy(model_dir, tmp_path / "private", "lm_private")
+    copy = failures.private_copy(model_dir, tmp_path / "private", "lm_private", "nobody")
     named = [Path(json.loads((copy / v / "model.json").read_text())["model"]) for v in ("1", "2")]
     assert all(p.parent == tmp_path / "private" / "checkpoints" for p in named)
     assert all(stat.S_IMODE((p / "model.safetensors").stat().st_mode) == 0o600 for p in named)
     assert stat.S_IMODE(copy.stat().st_mode) == 0o700 and stat.S_IMODE((checkpoints[1] / "model.safetensors").stat().st_mode) == 0o644
     assert set(failures.unreadable_for("nobody", failures.served_paths(copy))) >= {copy, *(p / "model.safetensors" for p in named)}
+
+
+def test_a_copy_closed_to_its_own_owner_keeps_the_owner_out_until_made_readable(versioned, tmp_path):
+    """What the permissions lesson does for a reader who is not root: the server runs as the reader,
+    so the copy takes the owner's own read permission away (and the preflight, run by that owner,
+    reports the folder it cannot list); make_readable and fresh_dir undo it without root."""
+    _, _, model_dir, _ = versioned
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert failures.serving_user("nobody") == (("nobody", "nobody") if os.geteuid() == 0 else (me, None))
+    copy = failures.private_copy(model_dir, tmp_path / "private", "lm_private", me)
+    named = [Path(json.loads((copy / v / "model.json").read_text())["model"]) for v in ("1", "2")]
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o300
+    assert all(stat.S_IMODE((p / "model.safetensors").stat().st_mode) == 0o200 for p in named)
+    unreadable = failures.unreadable_for(me, failures.served_paths(copy))
+    assert copy in unreadable and all(p / "model.safetensors" in unreadable for p in named)
+    failures.make_readable(copy)
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o755 and stat.S_IMODE((copy / "1").stat().st_mode) == 0o755
+    assert failures.unreadable_for(me, [copy]) == []
+    failures.close_to(copy, me)
+    again = failures.fresh_dir(tmp_path / "private")  # an earlier run's closed copy is no obstacle
+    assert again.is_dir() and not list(again.iterdir())
 
 
 def test_the_client_keeps_no_connection_open_between_calls(build_root, tmp_path, capsys):
