@@ -11,7 +11,7 @@ export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
 
-.PHONY: env run bench test test-full test-unit test-notebooks test-contract test-render notebooks-inplace clean
+.PHONY: env run bench test test-full test-unit test-notebooks test-contract test-render chromium notebooks-inplace clean
 
 env:
 	@bash env/setup_env.sh
@@ -50,12 +50,14 @@ test-notebooks: env
 test-contract: env
 	$(PY) -m scripts.lab.contract gpu-trtllm
 
-# Every committed notebook opened in JupyterLab in headless Chromium (tests/render, Playwright): a
-# render error, a traceback the file does not have, a console error or a missing plot fails;
-# screenshots go to build/screenshots/. The browser is Debian's chromium, installed here when missing
-# (root, like env/setup_env.sh installs prometheus); Playwright never downloads one.
+# JupyterLab in headless Chromium (tests/render, Playwright): every committed notebook opened as it is
+# (a render error, a traceback the file does not have, a console error or a missing plot fails;
+# screenshots go to build/screenshots/), then notebooks 00-03 run with Run All in a lab started as the
+# README says. The browser is Debian's chromium, installed here when missing (root, like
+# env/setup_env.sh installs prometheus); Playwright never downloads one. .ci/run runs it as an
+# ordinary user (env/as_reader.sh).
 CHROMIUM_INSTALL := apt-get install -y --no-install-recommends chromium
-test-render: env
+chromium:
 	@if ! command -v chromium >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
 	    echo "test-render: Debian's chromium is not installed; as root run: apt-get update && $(CHROMIUM_INSTALL)"; \
@@ -66,7 +68,9 @@ test-render: env
 	  $(CHROMIUM_INSTALL) >/dev/null 2>&1 || { apt-get update -qq && $(CHROMIUM_INSTALL) >/dev/null; } || \
 	    { echo "test-render: installing chromium failed"; exit 1; }; \
 	fi
-	$(PY) -m pytest -q tests/render
+
+test-render: env chromium
+	$(PY) -m pytest -q -s tests/render
 
 # Everything `make test` runs, then the long runs: the gpu-trtllm contract, the notebooks rendered in
 # JupyterLab, notebook 06 again with other parameters, and the Serve application under failure and

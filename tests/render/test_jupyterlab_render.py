@@ -29,7 +29,8 @@ import pytest
 from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, build_dir
 from scripts.procs.ports import free_port
 
-CHROMIUM_INSTALL = "apt-get install -y --no-install-recommends chromium"
+from labkit import lab_settings
+
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
 SERVER_START_TIMEOUT_S = 120
 RENDER_TIMEOUT_MS = 90_000
@@ -103,26 +104,11 @@ def unexpected_console_errors(errors: list[str], failed_urls: list[str]) -> list
 
 # --- fixtures -------------------------------------------------------------------------------------
 
-def _settings(folder: Path) -> None:
-    """A user settings folder of the test's own: every cell in the DOM (windowing 'none'), no blank
-    space after the last cell (scrollPastEnd pads the notebook by the viewport's height, which would
-    grow with every resize of the screenshot below), no news fetched from the internet."""
-    files = {
-        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none", "scrollPastEnd": False},
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-            {"fetchNews": "false", "checkForUpdates": False},
-    }
-    for rel, value in files.items():
-        path = folder / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(value))
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """A JupyterLab server over the repository: (base URL, token). Stopped by its handle."""
     tmp = tmp_path_factory.mktemp("jupyterlab")
-    _settings(tmp / "settings")
+    lab_settings(tmp / "settings")
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTER_CONFIG_DIR=str(tmp / "config"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
@@ -162,22 +148,6 @@ def lab(tmp_path_factory):
             proc.kill()
             proc.wait(timeout=20)
         log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    chromium = shutil.which("chromium")
-    if not chromium:
-        pytest.fail(f"Debian's chromium is not on PATH; as root run: {CHROMIUM_INSTALL} "
-                    "(or `make test-render`, which does). This test never downloads a browser.")
-    from playwright.sync_api import sync_playwright
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=chromium, headless=True,
-                              args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
-        try:
-            yield b
-        finally:
-            b.close()
 
 
 TIMINGS: dict[str, float] = {}

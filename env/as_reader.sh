@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run `make TARGET...` as a reader who is not root would: as an ordinary user, in a clone of this
+# repository's committed HEAD that the user owns, with its own .venv. CI (.ci/run) runs the JupyterLab
+# tests this way: `env/as_reader.sh test-render`.
+#
+# As root: Debian's chromium is installed first when a target needs it (`make chromium`, which needs
+# root), the user READER_USER (default `reader`) is created when missing, HEAD is cloned into a new
+# folder of its home, and the targets run there through `su`. As any other user: the targets run here.
+# The clone is left in place (its build/screenshots are the run's artefacts); its path is printed.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+[ $# -gt 0 ] || { echo "usage: env/as_reader.sh TARGET... (e.g. test-render)"; exit 2; }
+if [ "$(id -u)" != 0 ]; then
+  exec make -C "$repo" "$@"
+fi
+case " $* " in *" test-render "*) make -C "$repo" chromium ;; esac
+user=${READER_USER:-reader}
+id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
+home=$(getent passwd "$user" | cut -d: -f6)
+clone=$(mktemp -d "$home/tutorial.XXXXXX")
+git clone -q "$repo" "$clone"
+chown -R "$user:" "$clone"
+echo "as_reader: make $* as $user (uid $(id -u "$user")) in $clone"
+targets=$(printf '%q ' "$@")
+# A login shell's environment (su -): what the reader's terminal has, not root's.
+exec su - "$user" -c "cd '$clone' && make $targets"
