@@ -11,7 +11,7 @@ export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
 
-.PHONY: env run bench test test-full test-unit test-notebooks test-contract test-render chromium notebooks-inplace clean
+.PHONY: env run bench test test-full test-unit test-servers test-notebooks test-contract test-render chromium notebooks-inplace clean
 
 env:
 	@bash env/setup_env.sh
@@ -34,11 +34,16 @@ test: env test-unit test-notebooks
 # tests it makes for each route one node id, and xdist would run only one of them.
 UNIT_WORKERS ?= 2
 FUZZ := tests/unit/serve/test_openapi.py
+# Tests marked `servers` start a real Ray cluster or vLLM server on a path the notebooks below also run
+# (pyproject.toml lists why): `make test-servers` runs them, `.ci/run` and `make test-full` too.
 test-unit: env
-	$(PY) -m pytest -q -n $(UNIT_WORKERS) --dist loadscope tests/unit --ignore=$(FUZZ)
+	$(PY) -m pytest -q -n $(UNIT_WORKERS) --dist loadscope tests/unit --ignore=$(FUZZ) -m "not servers"
 	$(PY) -m pytest -q -p no:xdist $(FUZZ)
 
-# nbval in stages: 00-03 one after the other, then 04 08 | 05 07 in two lanes side by side, then 06
+test-servers: env
+	$(PY) -m pytest -q -n $(UNIT_WORKERS) --dist loadscope tests/unit --ignore=$(FUZZ) -m servers
+
+# nbval in stages: 00-03 one after the other, then 04 05 | 07 08 in two lanes side by side, then 06
 # (scripts/lab/nbval_lanes.py says why that is safe); NBVAL_LANES=1: every notebook one after the other.
 NBVAL_LANES ?= 2
 test-notebooks: env
@@ -75,7 +80,7 @@ test-render: env chromium
 # Everything `make test` runs, then the long runs: the gpu-trtllm contract, the notebooks rendered in
 # JupyterLab, notebook 06 again with other parameters, and the Serve application under failure and
 # load (tests/full; TUTORIAL_SOAK_REQUESTS sets the soak).
-test-full: test test-contract test-render
+test-full: test test-servers test-contract test-render
 	$(PY) -m pytest -q tests/notebooks/test_parameters.py
 	$(PY) -m pytest -q -s tests/full
 

@@ -133,9 +133,9 @@ def fill_for_profile(profile: Profile, settings: RepoSettings | None = None, out
     models = list(values) if models is None else list(models)
     output_dir = output_dir or repo_dir(profile)
     output_dir.mkdir(parents=True, exist_ok=True)
-    written = fill_repository(TEMPLATE_DIR, output_dir, {m: values[m] for m in models if m in values}, models=models)
-    if "vllm_model" in models:
-        (output_dir / "vllm_model" / "1" / "model.json").write_text(json.dumps(standalone_arguments(engine_config), indent=2) + "\n")
+    extra = {"vllm_model": {"1/model.json": json.dumps(standalone_arguments(engine_config), indent=2) + "\n"}}
+    written = fill_repository(TEMPLATE_DIR, output_dir, {m: values[m] for m in models if m in values}, models=models,
+                              extra_files={m: files for m, files in extra.items() if m in models})
     return {"repository": str(output_dir), "models": sorted(p.name for p in written), "settings": asdict(settings)}
 
 

@@ -16,6 +16,7 @@ import difflib
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -186,14 +187,20 @@ def fill_repository(
     values_by_model: Mapping[str, Mapping[str, object]],
     allow_unfilled: Iterable[str] = (),
     models: Iterable[str] | None = None,
+    extra_files: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Path]:
     """Copy every model of the template repository into ``output_dir``, filling its config.
 
     A model is a folder of ``template_dir`` holding a ``config.pbtxt``; it is copied whole
     (version folders included, ``.ipynb_checkpoints`` and ``__pycache__`` left out) with its
-    config filled from ``values_by_model[model]`` (no entry: no values). An existing
-    ``output_dir/<model>`` is replaced; other contents of ``output_dir`` are left alone.
-    Every config is filled before anything is written, so a failure writes nothing.
+    config filled from ``values_by_model[model]`` (no entry: no values) and the files of
+    ``extra_files[model]`` (path in the model folder: text) added. An existing ``output_dir/<model>``
+    is replaced; other contents of ``output_dir`` are left alone. Every config is filled before
+    anything is written, so a failure writes nothing.
+
+    Each model is assembled beside its destination first: a model folder that would come out the
+    same is left untouched (a Triton loading it, or another notebook filling the same repository
+    at the same time, sees no change), and a different one is swapped in by renames.
     ``models`` limits the copy to those template models (a profile's selection).
     Returns the model folders written.
     """
@@ -238,14 +245,38 @@ def fill_repository(
         for model in models
     }
     written = []
+    output_dir.mkdir(parents=True, exist_ok=True)
     for model, text in configs.items():
         dest = output_dir / model
-        if dest.exists():
-            shutil.rmtree(dest)
-        shutil.copytree(template_dir / model, dest, ignore=shutil.ignore_patterns(*JUNK))
-        (dest / CONFIG).write_text(text)
+        # beside the repository, not in it (a Triton scanning the repository never sees it); one filesystem: renames
+        staged = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.{model}.filling-", dir=output_dir.parent))
+        try:
+            shutil.copytree(template_dir / model, staged, ignore=shutil.ignore_patterns(*JUNK), dirs_exist_ok=True)
+            (staged / CONFIG).write_text(text)
+            for rel, content in (extra_files or {}).get(model, {}).items():
+                (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+                (staged / rel).write_text(content)
+            staged.chmod(0o755)  # mkdtemp makes it 0700
+            if not (dest.is_dir() and same_tree(staged, dest)):
+                retired = staged.with_name(f"{staged.name}.old")
+                if dest.exists():
+                    dest.rename(retired)
+                staged.rename(dest)
+                shutil.rmtree(retired, ignore_errors=True)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
         written.append(dest)
     return written
+
+
+def same_tree(a: Path, b: Path) -> bool:
+    """Whether two folders hold the same files with the same bytes (``JUNK`` left out)."""
+    def files(root: Path) -> dict[str, Path]:
+        return {p.relative_to(root).as_posix(): p for p in root.rglob("*")
+                if p.is_file() and not set(p.relative_to(root).parts) & set(JUNK)}
+
+    left, right = files(a), files(b)
+    return left.keys() == right.keys() and all(left[k].read_bytes() == right[k].read_bytes() for k in left)
 
 
 def main(argv: list[str] | None = None) -> int:

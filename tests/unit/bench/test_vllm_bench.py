@@ -95,6 +95,7 @@ def closed_port() -> int:
 
 
 @needs_vllm
+@pytest.mark.servers
 def test_a_real_plan_against_an_openai_server(tokenizer_dir, tmp_path):
     """vLLM's own load generator, two runs in one process: one against a live server, one against a
     port nobody listens on. The fake answers four tokens whatever max_tokens is, and vLLM counts what

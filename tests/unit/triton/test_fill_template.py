@@ -203,6 +203,29 @@ def test_fill_repository_copies_models_and_leaves_templates(tmp_path):
     assert {p: p.read_bytes() for p in templates.rglob("*") if p.is_file()} == before
 
 
+def test_a_fill_that_changes_nothing_leaves_the_model_folders_untouched(tmp_path):
+    """Two notebooks may fill the same repository at the same time (make test's nbval lanes): a model
+    that comes out the same is not rewritten, so a Triton loading it never sees it disappear; one
+    that changes is swapped in whole, and nothing of the staging is left beside the repository."""
+    templates, out = tmp_path / "templates", tmp_path / "build" / "model_repository"
+    _template_repo(templates)
+    values = {"preprocessing": {"triton_max_batch_size": 8}}
+    extra = {"ensemble": {"1/model.json": '{"model": "m"}\n'}}
+    fill_repository(templates, out, values, extra_files=extra)
+    (out / "preprocessing" / "1" / "__pycache__").mkdir()  # what a Triton that loaded the model leaves
+    inodes = {p: p.stat().st_ino for p in out.rglob("*")}
+    assert (out / "ensemble" / "1" / "model.json").read_text() == '{"model": "m"}\n'
+
+    fill_repository(templates, out, values, extra_files=extra)
+    assert {p: p.stat().st_ino for p in out.rglob("*")} == inodes
+
+    fill_repository(templates, out, {"preprocessing": {"triton_max_batch_size": 4}}, extra_files=extra)
+    assert (out / "preprocessing" / "config.pbtxt").read_text() == 'name: "preprocessing"\nmax_batch_size: 4\n'
+    assert (out / "ensemble").stat().st_ino == inodes[out / "ensemble"]  # unchanged: untouched
+    assert not (out / "preprocessing" / "1" / "__pycache__").exists()
+    assert sorted(p.name for p in out.parent.iterdir()) == ["model_repository"]
+
+
 def test_fill_repository_writes_nothing_when_a_model_fails(tmp_path):
     templates, out = tmp_path / "templates", tmp_path / "out"
     _template_repo(templates)
