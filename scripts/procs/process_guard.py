@@ -157,7 +157,7 @@ def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, 
     mapped by a process that has since died are removed too: at once, when no running process maps
     or holds one any more (a vLLM engine that ends before it closes its ``psm_*`` queues leaves them
     behind, and an owner's ``stop()`` that comes later no longer sees who had mapped them), and with
-    the rest when the owner goes."""
+    the rest when the owner goes. Each file is named on stdout (the server's log) when first noted."""
     shm_seen: set[Path] = set()
     next_scan = 0.0
     while True:
@@ -170,6 +170,8 @@ def guard(owner: int, pgid: int, grace_s: float, shm_prefix: str | None = None, 
             return "owner gone"
         if time.monotonic() >= next_scan:
             used = shm_files_of(members)
+            for path in sorted(used - shm_seen):  # in the log: what the guard will remove, and when it knew
+                print(f"process guard: watching {path} (mapped or held by group {pgid})", flush=True)
             if left := {f for f in shm_seen - used if f.exists()}:  # their processes ended: used elsewhere?
                 shm_seen -= set(remove_unused_shm(left))
             shm_seen = {f for f in shm_seen if f.exists()} | used

@@ -65,12 +65,16 @@ def test_guard_removes_a_file_the_group_mapped_once_its_process_died_while_owner
                    "maps = [(f.write(b'x' * 4096), f.flush(), mmap.mmap(f.fileno(), 4096)) for f in files]\n"
                    "time.sleep(120)\n")
     try:
-        guard = subprocess.Popen([sys.executable, "-m", "scripts.procs.process_guard", "--owner", str(owner.pid), "--group",
-                                  str(leader.pid), "--grace", "1"], process_group=leader.pid)
+        guard_log = tmp_path / "guard.log"
+        with guard_log.open("w") as out:
+            guard = subprocess.Popen([sys.executable, "-m", "scripts.procs.process_guard", "--owner", str(owner.pid), "--group",
+                                      str(leader.pid), "--grace", "1"], process_group=leader.pid, stdout=out)
         mapper = subprocess.Popen([sys.executable, "-c", mapper_code, str(shm), str(kept)], process_group=leader.pid)
         holder = subprocess.Popen([sys.executable, "-c", mapper_code, str(kept)])  # outside the group: kept is in use
         assert wait_for(lambda: shm.exists() and pg.shm_files_of([mapper.pid, holder.pid]) == {shm, kept})
-        time.sleep(3)  # the guard notes both (it scans every 2 s)
+        # the guard has noted both (it scans every 2 s): seen in its log, however slow the machine
+        assert wait_for(lambda: all(f"watching {p} " in guard_log.read_text() for p in (shm, kept)), timeout_s=30), \
+            guard_log.read_text()
         mapper.kill()
         mapper.wait()
         assert wait_for(lambda: not shm.exists(), timeout_s=10), "the dead process's /dev/shm file was left"
@@ -91,6 +95,7 @@ def test_guard_outlives_an_owner_that_kills_its_children_as_it_exits(tmp_path):
     default): the server and a guard started as a child die with it, the server's own children live
     on. The launcher's guard detaches, so it survives and stops them."""
     shm = Path("/dev/shm") / f"guardtest{os.getpid()}_mapped"
+    guard_log = tmp_path / "guard.log"
     owner_code = (
         "import atexit, json, mmap, os, signal, subprocess, sys, time\n"
         "from scripts.procs.process_guard import OWNER_GONE_GRACE_S\n"
@@ -98,18 +103,23 @@ def test_guard_outlives_an_owner_that_kills_its_children_as_it_exits(tmp_path):
         # the server's child maps a /dev/shm file, as vLLM's engine does, and leaves it behind when killed
         f"mapper = subprocess.Popen([sys.executable, '-c', \"import mmap, os, time; f = open({str(shm)!r}, 'w+b'); "
         "f.write(b'x' * 4096); f.flush(); m = mmap.mmap(f.fileno(), 4096); time.sleep(120)\"], process_group=leader.pid)\n"
+        f"log = open({str(guard_log)!r}, 'w')\n"
         "starter = subprocess.Popen([sys.executable, '-m', 'scripts.procs.process_guard', '--owner', str(os.getpid()), "
-        "'--group', str(leader.pid), '--grace', str(OWNER_GONE_GRACE_S), '--detach'], process_group=leader.pid)\n"
+        "'--group', str(leader.pid), '--grace', str(OWNER_GONE_GRACE_S), '--detach'], process_group=leader.pid, stdout=log)\n"
         "assert starter.wait(10) == 0\n"
         "print(leader.pid, flush=True)\n"
-        "time.sleep(3)\n"  # the guard notes the mapped file
+        # the guard has noted the mapped file: seen in its log (it scans every 2 s), not waited for by the clock
+        "deadline = time.monotonic() + 30\n"
+        f"while 'watching {shm} ' not in open({str(guard_log)!r}).read():\n"
+        "    assert time.monotonic() < deadline, 'the guard never noted the mapped file'\n"
+        "    time.sleep(0.1)\n"
         "leader.kill()\n"  # as Ray does: SIGKILL to the direct children, then exit
         "os._exit(1)\n")
     owner = subprocess.run([sys.executable, "-c", owner_code], capture_output=True, text=True, timeout=60)
     try:
         pgid = int(owner.stdout.split()[0])
-        assert wait_for(lambda: not pg.live_group_members(pgid), timeout_s=10), pg.live_group_members(pgid)
-        assert wait_for(lambda: not shm.exists(), timeout_s=5), "the group's /dev/shm file was left behind"
+        assert wait_for(lambda: not pg.live_group_members(pgid), timeout_s=30), (pg.live_group_members(pgid), owner.stderr)
+        assert wait_for(lambda: not shm.exists(), timeout_s=30), "the group's /dev/shm file was left behind"
     finally:
         shm.unlink(missing_ok=True)
         for pid in pg.live_group_members(int(owner.stdout.split()[0])) if owner.stdout.split() else []:
@@ -229,7 +239,9 @@ def test_run_guarded_returns_the_status_and_leaves_nothing_of_the_group(tmp_path
     start = time.monotonic()
     assert pg.run_guarded([sys.executable, "parent.py"], tmp_path / "a.log", timeout_s=30, **args) == 3
     assert time.monotonic() - start < 20 and not shm.exists()
-    assert (tmp_path / "a.log").read_text().split() == ["mapped", "done"]
+    lines = (tmp_path / "a.log").read_text().splitlines()  # the command's lines, and what the guard watched
+    assert [line for line in lines if not line.startswith("process guard: ")] == ["mapped", "done"]
+    assert all(str(shm) in line for line in lines if line.startswith("process guard: watching"))
     assert not [pid for pid, cmdline in running_cmdlines().items() if "child.py" in cmdline]
     start = time.monotonic()
     assert pg.run_guarded(["sleep", "60"], tmp_path / "b.log", timeout_s=1, **args) == -signal.SIGKILL
