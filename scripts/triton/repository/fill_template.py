@@ -257,16 +257,31 @@ def fill_repository(
                 (staged / rel).parent.mkdir(parents=True, exist_ok=True)
                 (staged / rel).write_text(content)
             staged.chmod(0o755)  # mkdtemp makes it 0700
-            if not (dest.is_dir() and same_tree(staged, dest)):
-                retired = staged.with_name(f"{staged.name}.old")
-                if dest.exists():
-                    dest.rename(retired)
-                staged.rename(dest)
-                shutil.rmtree(retired, ignore_errors=True)
+            _put_in_place(staged, dest)
         finally:
             shutil.rmtree(staged, ignore_errors=True)
         written.append(dest)
     return written
+
+
+def _put_in_place(staged: Path, dest: Path, attempts: int = 5) -> None:
+    """``dest`` becomes what ``staged`` holds: left alone if it holds that already, else swapped by
+    renames. Another process filling the same folder at the same moment can move ``dest`` between
+    two renames here (a rename then fails): look again, and stop once ``dest`` holds the same."""
+    retired = staged.with_name(f"{staged.name}.old")
+    for attempt in range(attempts):
+        if dest.is_dir() and same_tree(staged, dest):
+            return
+        try:
+            if dest.exists():
+                dest.rename(retired)
+            staged.rename(dest)
+            return
+        except OSError:  # dest went away, or came back, under another filler
+            if attempt == attempts - 1:
+                raise
+        finally:
+            shutil.rmtree(retired, ignore_errors=True)
 
 
 def same_tree(a: Path, b: Path) -> bool:

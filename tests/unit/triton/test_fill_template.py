@@ -226,6 +226,23 @@ def test_a_fill_that_changes_nothing_leaves_the_model_folders_untouched(tmp_path
     assert sorted(p.name for p in out.parent.iterdir()) == ["model_repository"]
 
 
+def test_fills_of_the_same_repository_at_the_same_time_all_succeed_with_one_result(tmp_path):
+    """05 and 07 fill the Serve repository at the start of the same nbval stage, the first fill of a
+    fresh clone included: fillers racing for the same folders each succeed, and the result is whole."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    templates = tmp_path / "templates"
+    _template_repo(templates)
+    values = {"preprocessing": {"triton_max_batch_size": 8}}
+    for round_ in range(20):
+        out = tmp_path / f"round{round_}" / "model_repository"
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: fill_repository(templates, out, values), range(4)))
+        assert all(r == results[0] for r in results)
+        assert (out / "preprocessing" / "config.pbtxt").read_text() == 'name: "preprocessing"\nmax_batch_size: 8\n'
+        assert sorted(p.name for p in out.parent.iterdir()) == ["model_repository"]
+
+
 def test_fill_repository_writes_nothing_when_a_model_fails(tmp_path):
     templates, out = tmp_path / "templates", tmp_path / "out"
     _template_repo(templates)
