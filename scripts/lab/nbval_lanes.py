@@ -5,9 +5,11 @@ they run first, one after the other. 04-08 read those and nothing of one another
 time is servers starting and clients waiting, so on two cores two lanes side by side take less than
 one. 05 and 07 both fill the Serve repository their Tritons load; a fill leaves a model folder that
 comes out the same untouched (``fill_repository``), so they may run side by side, and the lanes are
-balanced by measured cost: 04 (about 100 s in a lane) with 05 (about 230 s), 07 (about 125 s) with 08
-(about 180 s) (a fresh clone's make test on a 2-core AMD EPYC, 2026-12-07). 06 runs alone, last: beside
-another lane its deployments (about 20, each waited for) took 243 s instead of about 75 (2026-12-06).
+balanced by measured cost: 04 then 05 (245 s) beside 07 then 08 (318-338 s), where 04 08 | 05 07 took
+277 | 355 s (fresh clones' make test on a 2-core AMD EPYC, 2026-12-07). Under that load Triton 2.51's
+Python backend can stall a load (a replica's Triton in 05 once did): the start sees it and starts the
+server again (``TritonServer.start``, ``crashes.stalled_loads``). 06 runs alone, last: beside another
+lane its deployments (about 20, each waited for) took 243 s instead of about 75 (2026-12-06).
 
 ``python -m scripts.lab.nbval_lanes -- NBVAL_OPTIONS`` runs them; ``--lanes 1`` runs every notebook
 one after the other (to read one notebook's failure without another's lines in between). One line
@@ -29,7 +31,7 @@ from scripts.lab.run_notebooks import nbval_targets, notebook_paths
 #: Stages run one after the other; the lanes inside a stage run side by side.
 STAGES: tuple[tuple[tuple[str, ...], ...], ...] = (
     (("00", "01", "02", "03"),),
-    (("04", "05"), ("07", "08")),  # about 5.5 and 5 minutes on two cores
+    (("04", "05"), ("07", "08")),  # about 4 and 5.5 minutes on two cores
     (("06",),),  # about 20 Serve deployments, each waited for: beside another lane, 3 times slower
 )
 #: nbval 0.11 names a cell ``notebooks/00_check_environment::ipynb::Cell 3`` under ``pytest -v``.

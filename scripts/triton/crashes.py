@@ -63,9 +63,11 @@ def crash_reports(since: float, seen: set[str]) -> list[str]:
     return reports
 
 
-#: What the vLLM backend writes to the server's log when its initialize() has returned (the time is
-#: ``time.time()``); Triton then logs ``successfully loaded 'NAME'`` once the stub's answer reaches it.
-INITIALIZED_LINE = re.compile(r"^vllm backend: initialize\(\) of '([^']+)' returned at ([\d.]+)$", re.MULTILINE)
+#: What every Python model of the repository writes to the server's log when its initialize() has
+#: returned (``request_handling.log_initialized``; the time is ``time.time()``): the engine backends
+#: (``vllm backend: ...``) and preprocessing, postprocessing and BLS (``python model: ...``). Triton then
+#: logs ``successfully loaded 'NAME'`` once the stub's answer reaches it.
+INITIALIZED_LINE = re.compile(r"^[\w ]+: initialize\(\) of '([^']+)' returned at ([\d.]+)$", re.MULTILINE)
 
 
 def stalled_loads(text: str, now: float, after_s: float) -> list[str]:

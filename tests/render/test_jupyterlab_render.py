@@ -16,11 +16,8 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,10 +26,9 @@ import pytest
 from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, build_dir
 from scripts.procs.ports import free_port
 
-from labkit import lab_settings
+from labkit import lab_settings, running_lab, shut_down_sessions
 
 NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("*.ipynb"))
-SERVER_START_TIMEOUT_S = 120
 RENDER_TIMEOUT_MS = 90_000
 MIN_SCREENSHOT_BYTES = 20_000
 #: Chromium's largest screenshot without tiling artefacts is about 16384 px; a longer notebook goes on in NAME-2.png ...
@@ -112,7 +108,6 @@ def lab(tmp_path_factory):
     port, token = free_port(), secrets.token_hex(16)
     env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp / "runtime"), JUPYTER_CONFIG_DIR=str(tmp / "config"),
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
-    log = (tmp / "jupyter.log").open("wb")
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
            # ServerApp.token is deprecated since jupyter_server 2.0 (it warns); IdentityProvider.token is its name now
@@ -121,33 +116,9 @@ def lab(tmp_path_factory):
            f"--LabApp.workspaces_dir={tmp / 'workspaces'}"]
     if os.geteuid() == 0:  # CI containers and this project's dev machines run as root; the lab refuses without it
         cmd.append("--allow-root")
-    started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{(tmp / 'jupyter.log').read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() - started > SERVER_START_TIMEOUT_S:
-                pytest.fail(f"jupyter lab not ready after {SERVER_START_TIMEOUT_S} s:\n"
-                            f"{(tmp / 'jupyter.log').read_text()[-3000:]}")
-            time.sleep(0.25)
-        TIMINGS["jupyter_lab_start_s"] = round(time.monotonic() - started, 2)
+    with running_lab(cmd, env, REPO_ROOT, tmp / "jupyter.log", port, token) as (base, seconds):
+        TIMINGS["jupyter_lab_start_s"] = round(seconds, 2)
         yield base, token
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=20)
-        log.close()
 
 
 TIMINGS: dict[str, float] = {}
@@ -159,15 +130,6 @@ def screenshot_dir():
     out.mkdir(parents=True, exist_ok=True)
     yield out
     (out / "timings.json").write_text(json.dumps(TIMINGS, indent=2) + "\n")
-
-
-def _shut_down_sessions(base: str, token: str) -> None:
-    """Opening a notebook starts its kernel; stop them all so the next notebook has the cores."""
-    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
-        sessions = json.load(r)
-    for s in sessions:
-        req = urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
-        urllib.request.urlopen(req, timeout=30).close()
 
 
 # --- the page ---------------------------------------------------------------------------------------
@@ -259,7 +221,7 @@ def open_in_lab(browser, base: str, token: str, path: Path, expected: Expected, 
             page.screenshot(path=str(shot.with_name(f"{shot.stem}-{part}.png")), full_page=True)
     finally:
         context.close()
-        _shut_down_sessions(base, token)
+        shut_down_sessions(base, token)
     shot.with_suffix(".console.json").write_text(json.dumps(
         {"console_errors": console_errors, "not_found": failed, "page_errors": page_errors}, indent=2) + "\n")
 

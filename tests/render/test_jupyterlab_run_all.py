@@ -18,22 +18,18 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from labkit import lab_settings
+from labkit import lab_settings, running_lab, shut_down_sessions
 from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, build_dir
 from scripts.procs.ports import free_port
 
 #: The notebooks a reader runs first, in order (each reads what the one before wrote in build/).
 RUN_ALL = [p for p in sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb")) if p.name[:2] in ("00", "01", "02", "03")]
-SERVER_START_TIMEOUT_S = 120
 #: A whole notebook's run; nbval allows 900 s a cell, and none of these four has a cell near that.
 RUN_ALL_TIMEOUT_S = 900
 PAGE_TIMEOUT_MS = 90_000
@@ -91,31 +87,8 @@ def reader_lab(tmp_path_factory):
     if os.geteuid() == 0:
         cmd.append("--allow-root")
     log_path = tmp / "jupyter.log"
-    log = log_path.open("wb")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT, start_new_session=True)
-    base, started = f"http://127.0.0.1:{port}", time.monotonic()
-    try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"jupyter lab exited with {proc.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() - started > SERVER_START_TIMEOUT_S:
-                pytest.fail(f"jupyter lab not ready after {SERVER_START_TIMEOUT_S} s:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.25)
+    with running_lab(cmd, env, REPO_ROOT, log_path, port, token) as (base, _):
         yield base, token, log_path
-    finally:
-        proc.terminate()  # the lab shuts its kernels down on SIGTERM
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)  # its own session: the lab and any kernel it left
-            proc.wait(timeout=30)
-        log.close()
 
 
 def _menu(page, menu: str, item: str) -> None:
@@ -155,20 +128,10 @@ def test_run_all_in_jupyterlab_as_a_reader(notebook: Path, reader_lab, browser):
         page.screenshot(path=str(shots / f"run-all-{notebook.stem}.png"), full_page=True)
     finally:
         context.close()
-        _shut_down_kernels(base, token)
+        shut_down_sessions(base, token)
     problems = run_all_problems(state) + [f"uncaught page error: {e[:300]}" for e in page_errors]
     print(f"{notebook.stem}: Run All in {seconds:.0f} s as uid {os.geteuid()}, {len(state['prompts'])} code cells")
     assert not problems, f"{notebook.name} (Run All in JupyterLab):\n" + "\n".join(problems)
-
-
-def _shut_down_kernels(base: str, token: str) -> None:
-    import json  # noqa: PLC0415
-
-    with urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=10) as r:
-        sessions = json.load(r)
-    for s in sessions:
-        req = urllib.request.Request(f"{base}/api/sessions/{s['id']}?token={token}", method="DELETE")
-        urllib.request.urlopen(req, timeout=30).close()
 
 
 # --- the checks can fail -----------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import json
 import triton_python_backend_utils as pb_utils
 
 from scripts.model.tokenizer import load_tokenizer
-from scripts.triton.backend.request_handling import is_true, model_parameter, postprocess
+from scripts.triton.backend.request_handling import is_true, log_initialized, model_parameter, postprocess
 
 
 class TritonPythonModel:
@@ -12,6 +12,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.tokenizer = load_tokenizer(model_parameter(config, "tokenizer_dir"))  # no torch: scripts.model.tokenizer
         self.skip_special = is_true(model_parameter(config, "skip_special_tokens", "true"))
+        log_initialized(args["model_name"])  # a load that stalls after this line is the server's (scripts/triton/crashes.py)
 
     def execute(self, requests):
         responses = []

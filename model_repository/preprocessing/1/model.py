@@ -5,7 +5,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from scripts.model.tokenizer import load_tokenizer
-from scripts.triton.backend.request_handling import Preprocessor, is_true, model_parameter
+from scripts.triton.backend.request_handling import Preprocessor, is_true, log_initialized, model_parameter
 
 INPUTS = ("QUERY", "REQUEST_OUTPUT_LEN", "BAD_WORDS_DICT", "STOP_WORDS_DICT", "END_ID", "PAD_ID")
 
@@ -19,6 +19,7 @@ class TritonPythonModel:
         self.preprocess = Preprocessor(tokenizer, is_true(model_parameter(config, "add_special_tokens", "true")),
                                        int(model_parameter(config, "max_model_len", "0")),
                                        int(model_parameter(config, "max_input_len", "0")))
+        log_initialized(args["model_name"])  # a load that stalls after this line is the server's (scripts/triton/crashes.py)
 
     def execute(self, requests):
         responses = []

@@ -16,7 +16,7 @@ import json
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from scripts.triton.backend.request_handling import ENGINE_OUTPUTS, gather_engine_outputs, model_parameter
+from scripts.triton.backend.request_handling import ENGINE_OUTPUTS, gather_engine_outputs, log_initialized, model_parameter
 
 PRE_INPUTS = {"text_input": "QUERY", "max_tokens": "REQUEST_OUTPUT_LEN", "bad_words": "BAD_WORDS_DICT",
               "stop_words": "STOP_WORDS_DICT", "end_id": "END_ID", "pad_id": "PAD_ID"}
@@ -31,6 +31,7 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         self.engine = model_parameter(config, "tensorrt_llm_model_name")
         self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        log_initialized(args["model_name"])  # a load that stalls after this line is the server's (scripts/triton/crashes.py)
 
     def execute(self, requests):
         if self.decoupled:

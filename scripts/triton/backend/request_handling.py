@@ -6,10 +6,21 @@ client input: the models turn it into an INVALID_ARG error (HTTP 400) and keep s
 """
 from __future__ import annotations
 
+import sys
+import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+
+def log_initialized(model_name: str, who: str = "python model") -> None:
+    """The line every Python model of this repository writes at the end of its ``initialize()``,
+    straight into the server's log (its stderr, no IPC): ``<who>: initialize() of 'NAME' returned at
+    T``. Triton logs ``successfully loaded 'NAME'`` once the stub's answer reaches it; a load whose
+    answer never comes (Triton 2.51's Python backend on a CPU-starved machine) is told by this line
+    and the missing one (``scripts.triton.crashes.stalled_loads``), and the server started again."""
+    print(f"{who}: initialize() of '{model_name}' returned at {time.time():.3f}", file=sys.stderr, flush=True)
 
 
 def model_parameter(model_config: dict, key: str, default: str | None = None) -> str:

@@ -26,7 +26,7 @@ import triton_python_backend_utils as pb_utils
 
 from scripts.engine.config import read_engine_config
 from scripts.engine.transformers_cb import Engine, EngineRequestError, refuse_sampling, stop_position
-from scripts.triton.backend.request_handling import engine_request, from_word_list_format, model_parameter
+from scripts.triton.backend.request_handling import engine_request, from_word_list_format, log_initialized, model_parameter
 
 NAMES = ("input_ids", "input_lengths", "request_output_len", "end_id", "pad_id", "stop_words_list",
          "bad_words_list", "runtime_top_k", "runtime_top_p", "temperature", "repetition_penalty",
@@ -61,6 +61,7 @@ class TritonPythonModel:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="transformers-loop", daemon=True)
         self.thread.start()
+        log_initialized(args["model_name"], "transformers backend")
 
     def execute(self, requests):
         for request in requests:

@@ -10,9 +10,7 @@ import gc
 import json
 import locale
 import os
-import sys
 import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from scripts.model.tokenizer import load_tokenizer
 from scripts.triton.backend.engine_stream import (ChunkBuffer, instance_gpu_env, sampling_from_json, stream_interval,
                                                   token_out_sampling)
 from scripts.triton.backend.outbox import Outbox
-from scripts.triton.backend.request_handling import (check_prompt_bytes, check_prompt_text, check_request_size,
+from scripts.triton.backend.request_handling import (log_initialized, check_prompt_bytes, check_prompt_text, check_request_size,
                                                      decode_texts, engine_request, longest_token_bytes, model_parameter)
 
 TOKEN_MODE_INPUTS = {"input_ids"}
@@ -146,7 +144,7 @@ class TritonPythonModel:
             faulthandler.cancel_dump_traceback_later()
         self.active: set[str] = set()
         # straight into the server's log (no IPC): a load that stalls after this line is the server's
-        print(f"vllm backend: initialize() of '{args['model_name']}' returned at {time.time():.3f}", file=sys.stderr, flush=True)
+        log_initialized(args["model_name"], "vllm backend")
 
     async def _make_engine(self, cls, engine_args, stat_logger):
         return cls.from_engine_args(engine_args, stat_loggers=[stat_logger])

@@ -6,8 +6,11 @@ import importlib.util
 import json
 import os
 import pwd
+import shutil
 import signal
 import stat
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -295,6 +298,51 @@ def test_a_copy_closed_to_its_own_owner_keeps_the_owner_out_until_made_readable(
     failures.close_to(copy, me)
     again = failures.fresh_dir(tmp_path / "private")  # an earlier run's closed copy is no obstacle
     assert again.is_dir() and not list(again.iterdir())
+
+
+def _denied_to(user: str, *paths: Path) -> list[bool]:
+    """Whether ``user`` really cannot list (folders) or read (files) each path: tried in a process of
+    that user (setpriv, which needs root), not judged from mode bits."""
+    code = ("import os, sys\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n"
+            "        os.listdir(p) if os.path.isdir(p) else open(p, 'rb').close()\n"
+            "        print('read')\n"
+            "    except PermissionError:\n"
+            "        print('denied')\n")
+    entry = pwd.getpwnam(user)
+    out = subprocess.run(["setpriv", f"--reuid={entry.pw_uid}", f"--regid={entry.pw_gid}", "--clear-groups",
+                          "/usr/bin/python3", "-c", code, *map(str, paths)], capture_output=True, text=True, check=True)
+    return [line == "denied" for line in out.stdout.split()]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="runs a process as another user: root and setpriv")
+def test_the_lesson_for_a_reader_who_is_not_root_denies_that_reader_for_real(versioned):
+    """Notebook 08 as an ordinary user serves as that user: the copy it owns must keep it out for real
+    (the kernel refuses the owner, not only the mode bits say so), and the fix lets it in again."""
+    _, _, model_dir, _ = versioned
+    user = "nobody"
+    home = Path(tempfile.mkdtemp(prefix="lesson-as-reader-", dir="/tmp"))  # a folder that user can reach
+    try:
+        home.chmod(0o755)
+        copy = failures.private_copy(model_dir, home / "private", "lm_private", "root")  # made, then handed over
+        weights = [Path(json.loads((copy / v / "model.json").read_text())["model"]) / "model.safetensors" for v in ("1", "2")]
+        for path in [home / "private", *(home / "private").rglob("*")]:
+            os.chown(path, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+        failures.make_readable(copy)
+        failures.close_to(copy, user)  # the reader owns it: the reader's own read permission goes
+        for w in weights:
+            w.chmod(0o200)  # as private_copy leaves weights its user owns
+        assert _denied_to(user, copy, *weights) == [True, True, True]
+        assert {copy, *weights} <= set(failures.unreadable_for(user, failures.served_paths(copy)))
+        failures.make_readable(copy)
+        for w in weights:
+            failures.make_readable(w)
+        assert _denied_to(user, copy, *weights) == [False, False, False]
+        assert failures.unreadable_for(user, failures.served_paths(copy)) == []
+    finally:
+        failures.make_readable(home)
+        shutil.rmtree(home)
 
 
 def test_the_client_keeps_no_connection_open_between_calls(build_root, tmp_path, capsys):

@@ -52,5 +52,10 @@ def test_a_load_stalls_when_initialize_returned_long_ago_and_triton_said_nothing
     assert crashes.stalled_loads(loaded + failed + waiting + recent, now=200.0, after_s=60) == ["c"]
     assert crashes.stalled_loads(waiting, now=150.0, after_s=60) == []  # not long enough yet
     assert crashes.stalled_loads("no marker at all\n", now=1e12, after_s=0) == []
+    # preprocessing's stub answered initialize() and the answer never came: the same stall (seen in a 05 deploy)
+    python_model = "python model: initialize() of 'preprocessing' returned at 100.000\n"
+    assert crashes.stalled_loads(python_model + returned("vllm_engine", 100.0) +
+                                 'I1207 model_lifecycle.cc:839] "successfully loaded \'vllm_engine\'"\n',
+                                 now=200.0, after_s=60) == ["preprocessing"]
     # two instances: the model loads once the second has initialized too
     assert crashes.stalled_loads(returned("e", 100.0) + returned("e", 170.0), now=200.0, after_s=60) == []

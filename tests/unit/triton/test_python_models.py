@@ -175,7 +175,7 @@ def load_model(repo: Path, name: str, monkeypatch, server: Server):
     spec.loader.exec_module(module)
     config = json_format.MessageToDict(read_model_config(repo, name), preserving_proto_field_name=True)
     model = module.TritonPythonModel()
-    model.initialize({"model_config": json.dumps(config)})
+    model.initialize({"model_config": json.dumps(config), "model_name": name})  # as the stub passes them
     return model
 
 
