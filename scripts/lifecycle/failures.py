@@ -154,10 +154,14 @@ def fresh_dir(path: Path) -> Path:
 
 
 def served_paths(model_folder: Path) -> list[Path]:
-    """Everything a server reads for one model: its folder, and the checkpoints its versions' ``model.json`` name."""
+    """Everything a server reads for one model: its folder, and the checkpoints its versions' ``model.json`` name
+    (those this process can read: a folder closed to it hides them, as it hides them from the server)."""
     paths = [model_folder]
     for model_json in sorted(model_folder.glob("*/model.json")):
-        arguments = json.loads(model_json.read_text())
+        try:
+            arguments = json.loads(model_json.read_text())
+        except PermissionError:
+            continue
         paths += sorted({Path(arguments[key]) for key in ("model", "tokenizer") if arguments.get(key)})
     return paths
 

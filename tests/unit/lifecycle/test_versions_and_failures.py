@@ -282,19 +282,23 @@ def test_a_private_copy_has_its_own_checkpoints_with_owner_only_weights(versione
 def test_a_copy_closed_to_its_own_owner_keeps_the_owner_out_until_made_readable(versioned, tmp_path):
     """What the permissions lesson does for a reader who is not root: the server runs as the reader,
     so the copy takes the owner's own read permission away (and the preflight, run by that owner,
-    reports the folder it cannot list); make_readable and fresh_dir undo it without root."""
-    _, _, model_dir, _ = versioned
+    reports the folder it cannot look into, as the server cannot); make_readable and fresh_dir undo
+    it without root. Run by root and by an ordinary user alike."""
+    _, _, model_dir, checkpoints = versioned
     me = pwd.getpwuid(os.geteuid()).pw_name
     assert failures.serving_user("nobody") == (("nobody", "nobody") if os.geteuid() == 0 else (me, None))
     copy = failures.private_copy(model_dir, tmp_path / "private", "lm_private", me)
-    named = [Path(json.loads((copy / v / "model.json").read_text())["model"]) for v in ("1", "2")]
+    weights = [tmp_path / "private" / "checkpoints" / f"v{v}-{checkpoints[v].name}" / "model.safetensors" for v in (1, 2)]
     assert stat.S_IMODE(copy.stat().st_mode) == 0o300
-    assert all(stat.S_IMODE((p / "model.safetensors").stat().st_mode) == 0o200 for p in named)
-    unreadable = failures.unreadable_for(me, failures.served_paths(copy))
-    assert copy in unreadable and all(p / "model.safetensors" in unreadable for p in named)
-    failures.make_readable(copy)
+    assert all(stat.S_IMODE(w.stat().st_mode) == 0o200 for w in weights)
+    assert copy in failures.unreadable_for(me, failures.served_paths(copy))
+    assert failures.unreadable_for(me, weights) == weights
+    failures.make_readable(copy)  # step 2 of the lesson: the folder fixed, the weights still closed
     assert stat.S_IMODE(copy.stat().st_mode) == 0o755 and stat.S_IMODE((copy / "1").stat().st_mode) == 0o755
-    assert failures.unreadable_for(me, [copy]) == []
+    assert failures.unreadable_for(me, failures.served_paths(copy)) == weights
+    for w in weights:
+        failures.make_readable(w)
+    assert failures.unreadable_for(me, failures.served_paths(copy)) == []
     failures.close_to(copy, me)
     again = failures.fresh_dir(tmp_path / "private")  # an earlier run's closed copy is no obstacle
     assert again.is_dir() and not list(again.iterdir())
