@@ -144,6 +144,20 @@ class Router:
         return JSONResponse(answer | {"color": color, "retried": retried, "router": self.replica})
 
 
+async def wait_for_breaker(ingress, color: str, timeout_s: float, poll_s: float = 0.2) -> dict:
+    """Poll the router (``ingress``: its deployment handle) until its breaker for ``color`` is open
+    (effective weight 0); returns that state. Observed, not timed: a reconfigure that lands after the
+    first failures resets the count, and the breaker opens later. ``TimeoutError`` with the last state."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = await ingress.state.remote()
+        if state["effective_weights"].get(color) == 0:
+            return state
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the router's breaker for {color!r} did not open within {timeout_s:g} s: {state}")
+        await asyncio.sleep(poll_s)
+
+
 def app(args: dict):
     """The application (``import_path: scripts.lifecycle.router:app``): one :class:`TritonVersion` per
     color, named ``<model>-<color>``, behind the :class:`Router`. Versions and weights come from the

@@ -134,3 +134,25 @@ def test_each_release_step_is_a_valid_serve_config_whose_code_version_stays():
     assert get_app_code_version(schemas[0]) == get_app_code_version(schemas[1])
     with pytest.raises(ValueError, match="unknown color"):
         release.config({"blue": 1}, {"green": 1})
+
+
+class _Ingress:
+    """A router handle whose breaker opens at the third look, after a reconfigure had reset it once."""
+
+    def __init__(self, opens_at: int):
+        self.looks, self.opens_at = 0, opens_at
+        self.state = self
+
+    def remote(self):
+        async def answer():
+            self.looks += 1
+            green = 0 if self.looks >= self.opens_at else 10
+            return {"effective_weights": {"blue": 90, "green": green}, "errors": {"green": 3 if green == 0 else 1}}
+        return answer()
+
+
+def test_the_rollback_waits_until_the_breaker_is_seen_open_or_says_what_it_saw():
+    state = asyncio.run(router.wait_for_breaker(_Ingress(opens_at=3), "green", timeout_s=10, poll_s=0.01))
+    assert state["effective_weights"]["green"] == 0
+    with pytest.raises(TimeoutError, match=r"breaker for 'green' did not open within 0.05 s: .*'green': 10"):
+        asyncio.run(router.wait_for_breaker(_Ingress(opens_at=10**6), "green", timeout_s=0.05, poll_s=0.01))
