@@ -2,7 +2,7 @@
 # docs/run-on-your-gpu.md explains every flag below.
 #
 #   docker build -t llm-tutorial-gpu .
-#   docker run --rm -it --gpus all --ipc=host \
+#   docker run --rm -it --gpus all --ipc=host --pid=host \
 #     --ulimit memlock=-1 --ulimit stack=67108864 \
 #     -p 127.0.0.1:8888:8888 -p 127.0.0.1:8000:8000 -p 127.0.0.1:8265:8265 \
 #     -e TUTORIAL_BIND_HOST=0.0.0.0 \
@@ -12,6 +12,8 @@
 #
 # - The host needs an NVIDIA driver recent enough for the container's CUDA 12.8 and the NVIDIA
 #   Container Toolkit, without which Docker does not know --gpus (server@r25.02:docs/getting_started/quickstart.md).
+# - --pid=host: nvidia-smi lists the host's PIDs (NVIDIA/nvidia-docker#1483); the notebooks match them to
+#   their own processes (scripts/monitor/gpu.py).
 # - --ipc=host: Ray's object store and Triton's Python backend live in /dev/shm, which Docker caps at
 #   64 MB; a large --shm-size (e.g. --shm-size=16g) works too.
 # - --ulimit memlock=-1 --ulimit stack=67108864: NVIDIA's own docker run for this container

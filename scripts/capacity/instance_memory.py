@@ -182,7 +182,8 @@ def triton_instance_memory(engine_config: Mapping[str, Any], instance_count: int
     else:
         loadable = sum(load.loaded for load in serial.load_one_by_one(sizes.gpu, sizes.per_instance, fraction,
                                                                        MAX_INSTANCES))
-        safe = serial.safe_fraction(sizes.gpu, sizes.per_instance, count * sharing, fraction, sizes.kv)
+        safe = serial.safe_fraction(sizes.gpu, sizes.per_instance, count * sharing, fraction, sizes.kv,
+                                    reserve=RUNTIME_OVERHEAD_BYTES, slack=ACTIVATION_FRACTION)
     return TritonMemoryEstimate(**common, max_safe_count=loadable // sharing, safe_fraction=safe, loads=loads)
 
 

@@ -42,14 +42,26 @@ def load_one_by_one(gpu_bytes: int, needs: int, fraction: float, count: int) -> 
     return tuple(loads)
 
 
-def safe_fraction(gpu_bytes: int, needs: int, count: int, at_most: float, full_batch: int) -> float | None:
+def safe_fraction(gpu_bytes: int, needs: int, count: int, at_most: float, full_batch: int,
+                  reserve: int = 0, slack: float = 0.0) -> float | None:
     """The largest fraction (0.01 steps, <= ``at_most``) with which ``count`` instances all load, each
-    KV cache holding a full batch; failing that, the largest with which they all load; None: none does."""
+    KV cache holding a full batch; failing that, the largest with which they all load even with ``reserve``
+    bytes taken first and each engine needing ``slack`` more than ``needs``; None: none does.
+
+    The fallback leaves the last instance little beyond its engine (an 80 GB GPU and eight 1B instances:
+    about 0.5 GiB at 0.22), so the estimate's own uncertainty must fit in it: memory the server holds once
+    (its CUDA context) and an engine's activations and runtime buffers above the estimate. Each instance
+    passes the error on to the next, damped by ``1 - fraction``, so a per-engine error costs the last
+    instance several times over. Arguments: :func:`scripts.capacity.instance_memory.triton_instance_memory`
+    passes the estimate's runtime overhead and activation fraction."""
     loading = []
     for hundredths in range(math.floor(round(at_most * 100, 6)), 0, -1):
-        loads = load_one_by_one(gpu_bytes, needs, hundredths / 100, count)
+        fraction = hundredths / 100
+        loads = load_one_by_one(gpu_bytes, needs, fraction, count)
         if all(load.loaded for load in loads):
             if loads[-1].kv_cache_bytes >= full_batch:  # the last instance's KV cache is the smallest
-                return hundredths / 100
-            loading.append(hundredths / 100)
+                return fraction
+            worse = load_one_by_one(gpu_bytes - reserve, int(needs * (1 + slack)), fraction, count)
+            if all(load.loaded for load in worse):
+                loading.append(fraction)
     return loading[0] if loading else None

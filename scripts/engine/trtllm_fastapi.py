@@ -14,6 +14,10 @@ from importlib import metadata
 #: What the notebooks and scripts use: the package, run.py's runtime (ModelRunnerCpp), trtllm-build's
 #: entry point and the model definitions examples/llama/convert_checkpoint.py imports.
 TUTORIAL_MODULES = ("tensorrt_llm", "tensorrt_llm.runtime", "tensorrt_llm.commands.build", "tensorrt_llm.models")
+#: Imported with them: tritonclient's generated protobuf code, which needs the protobuf that
+#: env/requirements-gpu.txt puts over the image's (a runtime too old for it, or one that breaks an
+#: import of TensorRT-LLM, fails here, before any notebook).
+PROTOBUF_MODULES = ("tritonclient.grpc.model_config_pb2",)
 
 
 def loads(modules: tuple[str, ...] | list[str], target: str = "fastapi", python: str = sys.executable) -> bool:
@@ -39,7 +43,7 @@ def main() -> int:
     installed = metadata.version("fastapi")
     print(f"fastapi {installed} installed; tensorrt-llm asks for {requirement('tensorrt-llm', 'fastapi')}; "
           f"ray[serve] for {requirement('ray', 'fastapi')}")
-    if loads(TUTORIAL_MODULES):
+    if loads(TUTORIAL_MODULES + PROTOBUF_MODULES):
         print(f"error: importing {', '.join(TUTORIAL_MODULES)} loads fastapi: the FastAPI that ray[serve] needs "
               "replaces the one TensorRT-LLM pins, and this tutorial's TensorRT-LLM path depends on it; "
               "see env/requirements-gpu.txt", file=sys.stderr)

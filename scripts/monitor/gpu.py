@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import psutil
+
 from scripts.procs.process_guard import live_group_members
 
 #: Triton's GPU metrics, as the shipped Grafana dashboard's GPU row queries them.
@@ -51,10 +53,18 @@ def memory_of(pids: Callable[[], Iterable[int]], count: int, timeout_s: float = 
     do and the same ones have for ``settle`` looks in a row (an engine being unloaded holds its memory a moment
     longer; an engine may run in a child process of the one that loaded it); TimeoutError with what was seen."""
     deadline = time.monotonic() + timeout_s
-    last, same = None, 0
+    last, same, foreign = None, 0, 0
     while True:
         mine = set(pids())
-        held = {pid: b for pid, b in measure().items() if pid in mine}
+        measured = measure()
+        held = {pid: b for pid, b in measured.items() if pid in mine}
+        # nvidia-smi lists the host's PIDs whatever PID namespace asks (NVIDIA/nvidia-docker#1483): in a container
+        # without --pid=host none of them is a process here, and no wait would ever see one of ours.
+        foreign = foreign + 1 if measured and not any(psutil.pid_exists(pid) for pid in measured) else 0
+        if foreign >= settle:
+            raise RuntimeError(f"nvidia-smi lists processes holding GPU memory (PIDs {sorted(measured)}) but none of them "
+                               "exists here: this runs in a PID namespace of its own (a container); start the container "
+                               "with --pid=host (docs/run-on-your-gpu.md) so that the PIDs are the ones it sees")
         same = same + 1 if last is not None and set(held) == set(last) else 1
         last = held
         if len(held) >= count and same >= settle:

@@ -186,3 +186,24 @@ def test_bad_input_says_what_to_fix(engine, kwargs, message):
     args = {"instance_count": 1, "gpu_memory_bytes": 24 * GiB, "model_config": LLAMA_3_2_1B} | kwargs
     with pytest.raises(ValueError, match=re.escape(message)):
         triton_instance_memory(engine, **args)
+
+
+def test_the_fallback_fraction_leaves_the_last_instance_room_for_the_estimates_error():
+    # notebook 06 section 9 on an 80 GB H100, gpu-trtllm's engine, eight instances: no fraction gives the
+    # eighth a full batch, and the largest that merely loads (0.22) left it about 0.5 GiB beyond its engine.
+    from scripts.capacity import serial_loading as serial
+    from scripts.capacity.instance_size import ACTIVATION_FRACTION, RUNTIME_OVERHEAD_BYTES
+
+    h100 = 81_559 * 2**20
+    settings = memory_estimate_settings(load_profile("gpu-trtllm"))
+    fraction = safe_kv_fraction(settings, 8, h100, LLAMA_3_2_1B)
+    estimate = triton_instance_memory(settings, 8, h100, LLAMA_3_2_1B)
+    needs = estimate.per_instance_bytes
+    assert serial.load_one_by_one(h100, needs, 0.22, 8)[-1].loaded  # the old answer: loads on paper only
+    assert fraction is not None and fraction < 0.22
+    # the server's context taken once, each engine a tenth above its estimate: every instance still loads
+    worse = serial.load_one_by_one(h100 - RUNTIME_OVERHEAD_BYTES, int(needs * (1 + ACTIVATION_FRACTION)), fraction, 8)
+    assert all(load.loaded for load in worse)
+    # where a full batch fits every instance, nothing changes (an H200)
+    h200 = 143_771 * 2**20
+    assert safe_kv_fraction(settings, 8, h200, LLAMA_3_2_1B) == pytest.approx(0.16)

@@ -35,3 +35,21 @@ def test_main_fails_when_the_tutorials_modules_load_fastapi(monkeypatch, capsys)
     assert trtllm_fastapi.main() == 1 and "loads fastapi" in capsys.readouterr().err
     monkeypatch.setattr(trtllm_fastapi, "loads", lambda modules, **_: False)
     assert trtllm_fastapi.main() == 0
+
+
+def test_the_gpu_requirements_pin_the_protobuf_that_tritonclients_generated_code_needs(monkeypatch):
+    # tritonclient 2.73's model_config_pb2 refuses an older protobuf runtime: pinned over the image's, and
+    # imported with TensorRT-LLM's modules by the preflight; the pins are the cpu lock's
+    from scripts.paths import REPO_ROOT
+
+    gpu = dict(line.split("==") for line in (REPO_ROOT / "env/requirements-gpu.txt").read_text().splitlines()
+               if "==" in line and not line.startswith("#"))
+    cpu = dict(line.split("==") for line in (REPO_ROOT / "env/requirements-cpu.lock").read_text().splitlines()
+               if "==" in line and not line.startswith("#"))
+    for name in ("protobuf", "grpcio", "grpcio-reflection"):
+        assert gpu[name] == cpu[name], name
+    assert not trtllm_fastapi.loads(list(trtllm_fastapi.PROTOBUF_MODULES))  # and it imports here
+    seen = []
+    monkeypatch.setattr(trtllm_fastapi, "loads", lambda modules, **_: seen.extend(modules) or False)
+    assert trtllm_fastapi.main() == 0
+    assert set(trtllm_fastapi.PROTOBUF_MODULES) <= set(seen)

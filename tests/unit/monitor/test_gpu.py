@@ -112,3 +112,15 @@ def test_group_memory_adds_up_what_the_live_processes_of_a_group_hold():
     finally:
         child.kill()
         child.wait()
+
+
+def test_host_pids_seen_from_a_container_stop_the_wait_with_the_flag_to_add():
+    # nvidia-smi inside a container without --pid=host lists the host's PIDs: none is a process here
+    host_pids = {4_000_001: 3 * 2**30, 4_000_002: 2**30}
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="--pid=host"):
+        gpu.memory_of(lambda: [os.getpid()], 1, timeout_s=60, poll_s=0.01, measure=lambda: host_pids)
+    assert time.monotonic() - start < 5  # at once, not after the timeout
+    # a listing with one of ours is the normal case, even beside PIDs of other namespaces
+    mine = {os.getpid(): 2**30, 4_000_001: 2**30}
+    assert gpu.memory_of(lambda: [os.getpid()], 1, poll_s=0.01, measure=lambda: mine) == [2**30]
