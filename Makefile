@@ -11,7 +11,7 @@ export LC_ALL := C.UTF-8
 export PYTHONUNBUFFERED := 1
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 900
 
-.PHONY: env run bench test test-full test-unit test-servers test-notebooks test-contract test-render chromium notebooks-inplace clean
+.PHONY: env run bench test test-full test-unit test-servers test-notebooks test-contract test-rehearsal test-render chromium notebooks-inplace clean
 
 env:
 	@bash env/setup_env.sh
@@ -55,6 +55,15 @@ test-notebooks: env
 test-contract: env
 	$(PY) -m scripts.lab.contract gpu-trtllm
 
+# A GPU profile's Serve settings executed here: notebooks 05 and 06 run to their check cells on the cpu
+# profile's engine with every Serve key of $(REHEARSE) (replica CPUs and counts, autoscaling delays and
+# windows, request limits; scripts.profiles.rehearsal), so numbers that do not fit together fail by
+# execution, not on the GPU. Needs notebooks 00-03's build (make test or make run first); copies and
+# recorded values go to build/executed/$(REHEARSE)@cpu.
+REHEARSE ?= gpu-trtllm
+test-rehearsal: env
+	$(PY) -m scripts.lab.run_notebooks --profile $(REHEARSE)@cpu --only 05 06
+
 # JupyterLab in headless Chromium (tests/render, Playwright): every committed notebook opened as it is
 # (a render error, a traceback the file does not have, a console error or a missing plot fails;
 # screenshots go to build/screenshots/), then notebooks 00-03 run with Run All in a lab started as the
@@ -80,7 +89,7 @@ test-render: env chromium
 # Everything `make test` runs, then the long runs: the gpu-trtllm contract, the notebooks rendered in
 # JupyterLab, notebook 06 again with other parameters, and the Serve application under failure and
 # load (tests/full; TUTORIAL_SOAK_REQUESTS sets the soak).
-test-full: test test-servers test-contract test-render
+test-full: test test-servers test-contract test-rehearsal test-render
 	$(PY) -m pytest -q tests/notebooks/test_parameters.py
 	$(PY) -m pytest -q -s tests/full
 

@@ -45,9 +45,15 @@ def read_reference() -> dict:
     return json.loads(path.read_text())
 
 
+#: Another folder for the values check cells record (a rehearsal's run keeps the cpu run's values as they are).
+RESULTS_DIR_ENV = "TUTORIAL_RESULTS_DIR"
+
+
 def results_path(notebook: str) -> Path:
-    """The values a notebook's check cell recorded (read by ``tests/notebooks``)."""
-    return build_dir() / "results" / f"{notebook}.json"
+    """The values a notebook's check cell recorded (read by ``tests/notebooks``): under ``build/results``,
+    or ``$TUTORIAL_RESULTS_DIR``."""
+    folder = os.environ.get(RESULTS_DIR_ENV)
+    return (Path(folder) if folder else build_dir() / "results") / f"{notebook}.json"
 
 
 def triton_backend_dir() -> Path:

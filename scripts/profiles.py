@@ -13,9 +13,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from scripts.paths import PROFILES_FILE, REPO_ROOT, build_dir
-from scripts.profile_model import PROFILE_MODELS, ProfileSettings
+from scripts.profile_model import PROFILE_MODELS, ProfileSettings, ServeSettings
 
 BIND_HOST_ENV = "TUTORIAL_BIND_HOST"
+#: ``"<target>@<host>"`` names a rehearsal: the host profile's engine and model with the target's Serve settings.
+REHEARSAL_MARK = "@"
+#: Serve settings a rehearsal keeps from its host: the name its engine serves, and no GPU where the host has none.
+HOST_SERVE_KEYS = frozenset({"served_model_name", "num_gpus_per_replica"})
 
 
 def available_profiles(path: Path = PROFILES_FILE) -> list[str]:
@@ -38,6 +42,7 @@ class Profile(Mapping[str, Any]):
     settings: ProfileSettings = field(repr=False)
     root: Path
     source: Path = field(default=PROFILES_FILE, repr=False, compare=False)
+    rehearses: "Profile | None" = field(default=None, repr=False, compare=False)  # the GPU profile a rehearsal plays
     _flat: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -134,7 +139,11 @@ def validate_profile(name: str, flat: dict[str, Any], path: Path = PROFILES_FILE
 
 def load_profile(name: str = "cpu", path: Path = PROFILES_FILE, root: Path | None = None) -> Profile:
     """Load and validate one profile by name; an unknown name is an error that lists the known ones, an
-    invalid profile a :class:`ProfileError` naming the file, the profile and each key at fault."""
+    invalid profile a :class:`ProfileError` naming the file, the profile and each key at fault.
+    ``"<target>@<host>"`` loads a rehearsal (:func:`rehearsal`)."""
+    target, mark, host = name.partition(REHEARSAL_MARK)
+    if mark:
+        return rehearsal(target, host, path, root)
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
     if name not in data:
@@ -144,6 +153,25 @@ def load_profile(name: str = "cpu", path: Path = PROFILES_FILE, root: Path | Non
         raise ProfileError(f"{shown_path(path)} [{name}]: key 'gpu_counterpart' names no profile of the file "
                            f"({settings.expect.gpu_counterpart!r})")
     return Profile(name=name, settings=settings, root=(root or build_dir()), source=Path(path))
+
+
+def rehearsal(target: str, host: str = "cpu", path: Path = PROFILES_FILE, root: Path | None = None) -> Profile:
+    """Profile ``"<target>@<host>"``: the host profile (a CPU one) serving with the target's Serve settings.
+
+    A GPU profile's Serve numbers (CPUs per replica, replica counts, autoscaling delays and windows, request
+    limits) meet each other, and the notebooks' waits, in lines that only run on its GPU. The rehearsal
+    runs those lines on the host's engine: its model, engine, expectations and GPU-free replicas, with every
+    Serve key of the target but the served name and ``num_gpus_per_replica`` (:data:`HOST_SERVE_KEYS`).
+    Its replicas load it by the same name (``app_builder({"profile": "gpu-trtllm@cpu"})``), and
+    ``rehearses`` holds the target (its GPU per replica, for the replica counts a share of one gives)."""
+    target_profile, host_profile = load_profile(target, path, root), load_profile(host, path, root)
+    if host_profile["num_gpus_per_replica"]:
+        raise ValueError(f"a rehearsal runs on a CPU profile; {host!r} asks for GPUs "
+                         f"(num_gpus_per_replica {host_profile['num_gpus_per_replica']})")
+    serve_keys = {key: target_profile[key] for key in ServeSettings.model_fields if key not in HOST_SERVE_KEYS}
+    name = f"{target}{REHEARSAL_MARK}{host}"
+    settings = validate_profile(name, host_profile.settings.flat() | serve_keys, Path(path))
+    return replace(host_profile, name=name, settings=settings, rehearses=target_profile)
 
 
 def bind_host() -> str:

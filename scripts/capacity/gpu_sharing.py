@@ -33,6 +33,8 @@ class GpuSharing:
     replicas_per_gpu: int
     max_replicas: int
     memory: TritonMemoryEstimate | None   # None: the profile's replicas ask for no GPU
+    rehearses: str | None = None           # a rehearsal (scripts.profiles.rehearsal): the GPU profile whose
+                                           # replica counts it takes, with no GPU and no memory to check
 
     @property
     def applies(self) -> bool:
@@ -47,22 +49,29 @@ class GpuSharing:
     @property
     def options(self) -> dict[str, Any]:
         """The application builder's arguments (``num_gpus``, ``max_replicas``); none where nothing is shared."""
+        if self.rehearses:
+            return {"max_replicas": self.max_replicas}
         return {"num_gpus": self.share, "max_replicas": self.max_replicas} if self.applies else {}
 
     def apply(self, serve_config: dict[str, Any]) -> dict[str, Any]:
         """A copy of a Serve config (``serve deploy``'s) with every deployment's ``num_gpus`` and
         ``max_replicas`` set to these (for the capacity checker); the config itself where nothing applies."""
-        if not self.applies:
+        if not self.applies and not self.rehearses:
             return serve_config
         config = copy.deepcopy(serve_config)
         for app in config.get("applications", []):
             for deployment in app.get("deployments", []):
-                deployment.setdefault("ray_actor_options", {})["num_gpus"] = self.share
+                if self.applies:
+                    deployment.setdefault("ray_actor_options", {})["num_gpus"] = self.share
                 if "autoscaling_config" in deployment:
                     deployment["autoscaling_config"]["max_replicas"] = self.max_replicas
         return config
 
     def format(self) -> str:
+        if self.rehearses:
+            return (f"profile {self.profile}: a rehearsal of {self.rehearses} on the CPU; its replicas ask for no GPU, and "
+                    f"max_replicas is {self.rehearses}'s at num_gpus {self.share:g} ({self.replicas_per_gpu} replicas per GPU): "
+                    f"{self.max_replicas}. The engines' GPU memory is checked on the GPU only")
         if not self.applies:
             return f"profile {self.profile}: its replicas ask for no GPU, so no share of one applies"
         lines = [f"num_gpus {self.share:g} per replica: {self.replicas_per_gpu} replicas per GPU, max_replicas "
@@ -71,16 +80,39 @@ class GpuSharing:
         return "\n".join(lines + [self.memory.format_report()])
 
 
+def replicas_per_gpu(share: float) -> int:
+    """How many replicas with ``share`` of a GPU each Ray places on one GPU; a share outside (0, 1] is refused."""
+    if not is_number(share) or not 0 < share <= 1:
+        raise CapacityConfigError(f"a share of one GPU must be a number in (0, 1], got {share!r}; a replica that "
+                                  "needs several GPUs asks for them whole (the profile's num_gpus_per_replica)")
+    return math.floor(1 / share + 1e-9)
+
+
+def replica_ceiling(profile: Profile, share: float) -> int:
+    """The replicas the application may scale to with ``share`` of a GPU per replica: the profile's
+    ``serve_max_replicas`` (whole GPUs) times the replicas one GPU takes; for replicas that ask for no GPU
+    (a rehearsal: the replicas of the GPU profile it plays), the profile's own."""
+    asks = (profile.rehearses or profile)["num_gpus_per_replica"]
+    per_gpu = replicas_per_gpu(share)
+    return profile["serve_max_replicas"] * (per_gpu if asks == 1 else 1)
+
+
+def cluster_cpus(profile: Profile, share: float) -> int:
+    """Ray's logical CPUs the application needs at its peak: ``serve_num_cpus_per_replica`` for each of
+    :func:`replica_ceiling` replicas (Serve's controller and proxy reserve none), at least 1. Notebook 05's
+    ``NUM_CPUS`` default: gpu-trtllm reserves 2 per replica, so two replicas sharing a GPU need 4."""
+    return max(1, math.ceil(profile["serve_num_cpus_per_replica"] * replica_ceiling(profile, share)))
+
+
 def gpu_sharing(profile: Profile, share: float, gpu_memory_bytes: int | None = None,
                 model_config: Mapping[str, Any] | None = None) -> GpuSharing:
     """``share`` (``num_gpus`` per replica, in (0, 1]) for the profile's application on GPUs of
     ``gpu_memory_bytes``: ``1 / share`` replicas (rounded down) share a GPU, and ``max_replicas`` is the
     profile's (which counts whole GPUs) times that. ``model_config``: the model's ``config.json`` (default:
     the profile's model directory's). Profiles whose replicas ask for no GPU get no estimate."""
-    if not is_number(share) or not 0 < share <= 1:
-        raise CapacityConfigError(f"a share of one GPU must be a number in (0, 1], got {share!r}; a replica that "
-                                  "needs several GPUs asks for them whole (the profile's num_gpus_per_replica)")
-    per_gpu = math.floor(1 / share + 1e-9)
+    per_gpu = replicas_per_gpu(share)
+    if profile.rehearses is not None and profile.rehearses["num_gpus_per_replica"] == 1:
+        return GpuSharing(profile.name, share, per_gpu, replica_ceiling(profile, share), None, profile.rehearses.name)
     if not profile["num_gpus_per_replica"]:
         return GpuSharing(profile.name, share, per_gpu, profile["serve_max_replicas"], None)
     if profile["num_gpus_per_replica"] != 1:

@@ -229,6 +229,17 @@ def started_triton(repo: Path, timeout_s: float = 300, measure: Callable[[], dic
 
 # -- the notebook's parameters -----------------------------------------------------------------
 
+#: Notebook 06's head node CPUs where NUM_CPUS is not given: room for every section's one-CPU replicas.
+HEAD_CPUS = 8
+
+
+def head_cpus(num_gpus: int) -> int:
+    """The head node's logical CPUs for notebook 06 (``NUM_CPUS = None``): :data:`HEAD_CPUS`, or one more than
+    its GPUs where it has more (sections 2 and 3 run ``num_gpus + 1`` one-CPU replicas at once: on a host with
+    8 GPUs a fixed 8 was refused by :func:`check_parameters`)."""
+    return max(HEAD_CPUS, num_gpus + 1)
+
+
 def check_parameters(*, num_gpus: int, num_cpus: int, instance_count: int, engine_fraction: float,
                      shared_model: str, cpu_node_cpus: int, gpu_memory: str) -> None:
     """Refuse values notebook 06 cannot work with, saying which parameter to change and why.

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, executed_dir
+from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, RESULTS_DIR_ENV, executed_dir
+from scripts.profiles import REHEARSAL_MARK
 
 DEFAULT_PROFILE = "cpu"
 #: The kernel talks to papermill over Unix sockets (IPC) rather than loopback TCP: no ports, and
@@ -147,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     paths, skipped = plan(args.profile, args.only)
+    if REHEARSAL_MARK in args.profile:  # a rehearsal records beside its copies, not over the profile's own values
+        results = Path(os.environ.setdefault(RESULTS_DIR_ENV, str(out_dir / "results")))
+        print(f"rehearsal {args.profile}: check cells record into {results}", flush=True)
     for path, reason in skipped.items():
         print(f"{path.stem:<32} skipped on {args.profile}: {reason}", flush=True)
     for path in paths:

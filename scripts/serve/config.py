@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from scripts.generated import sync
-from scripts.paths import SERVE_CONFIG_DIR, triton_repo_dir
+from scripts.paths import REPO_ROOT, SERVE_CONFIG_DIR, triton_repo_dir
 from scripts.profiles import Profile, available_profiles, bind_host, load_profile
 from scripts.triton.repository.fill import RepoSettings, fill_for_profile
 
@@ -74,6 +74,46 @@ def deployment_options(profile: Profile) -> dict[str, Any]:
         # the launcher's grace periods, so the replica's __del__ stops every process of its Triton.
         "graceful_shutdown_timeout_s": 60,
     }
+
+
+#: ray/serve/config.py at 2.60 (DEFAULT_METRICS_INTERVAL_S): how often replicas and handles report the
+#: requests they hold; the look-back window averages those reports (a unit test reads Ray's value).
+METRICS_INTERVAL_S = 10.0
+#: What a wait allows beyond Ray's own rule: the controller's loop, a report that arrives late on a busy
+#: two-core machine, the replica's Triton stopping.
+SCALING_MARGIN_S = 60.0
+
+
+def downscale_wait_s(profile: Profile) -> float:
+    """How long to wait, after the load stops, for Serve to remove the extra replica (notebook 05).
+
+    Ray 2.60's policy (``ray/serve/autoscaling_policy.py``, ``_apply_delay_logic``) removes a replica once it
+    has wanted fewer for ``downscale_delay_s`` in a row. It wants fewer only when the ongoing requests averaged
+    over ``look_back_period_s`` fall below the target, which takes up to one window after the load stops, plus
+    a metrics report; the replica then gets ``graceful_shutdown_timeout_s`` to stop. Twice the window
+    covers a burst that still filled part of it, and :data:`SCALING_MARGIN_S` the rest."""
+    options = deployment_options(profile)
+    return (profile["serve_downscale_delay_s"] + 2 * profile["serve_look_back_period_s"] + METRICS_INTERVAL_S
+            + options["graceful_shutdown_timeout_s"] + SCALING_MARGIN_S)
+
+
+def upscale_wait_s(profile: Profile, start_timeout_s: float) -> float:
+    """How long to wait, once a burst starts, for the added replica to run: Serve wants more after one metrics
+    report, adds the replica after ``upscale_delay_s`` of wanting it, and the new replica's Triton then
+    starts its engine (``start_timeout_s``: the notebook's deploy timeout); a window of averaging and
+    :data:`SCALING_MARGIN_S` on top."""
+    return (profile["serve_upscale_delay_s"] + profile["serve_look_back_period_s"] + METRICS_INTERVAL_S
+            + start_timeout_s + SCALING_MARGIN_S)
+
+
+def config_source(profile: Profile) -> str:
+    """Where :func:`app_config` of the profile is written for ``serve deploy``: its generated file, or, for a
+    rehearsal (``scripts.profiles.rehearsal``), which has none, the profiles it is made of."""
+    path = config_path(profile.name)
+    if path.is_file():
+        return str(path.relative_to(REPO_ROOT))
+    return f"profile {profile.name}: the host's engine with {profile.rehearses.name}'s Serve settings (no file)" \
+        if profile.rehearses is not None else f"profile {profile.name} (no file)"
 
 
 def app_config(profile: Profile, http_port: int = 8000) -> dict[str, Any]:

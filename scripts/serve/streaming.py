@@ -77,3 +77,25 @@ class IncrementalDetokenizer:
         text = self._new_text()
         self.prefix = self.read = len(self.ids)
         return text
+
+
+#: Texts tried by :func:`split_character_sample`, in order: characters of two to four UTF-8 bytes, which
+#: byte-level BPE tokenizers store whole when common ("é", "😀" in Llama 3's vocabulary) and split when rare.
+SPLIT_CANDIDATES = ("Café 😀", "Café 🦙", "naïve 🫠", "𝄞 clef", "ꙮ eyes")
+
+
+def split_character_sample(tokenizer: Any, candidates: Iterable[str] = SPLIT_CANDIDATES) -> tuple[str, list[int]]:
+    """A text of ``candidates`` that ``tokenizer`` encodes with a character split across tokens, and its ids.
+
+    Decoding such ids one token at a time shows U+FFFD where a piece holds part of a character's bytes;
+    which characters split depends on the vocabulary (the tiny Llama splits "😀", Llama 3.2 keeps it whole
+    and splits "🦙"), so the sample is found here rather than fixed. :class:`ValueError` names every
+    candidate and its pieces when none splits."""
+    seen = {}
+    for text in candidates:
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        pieces = [tokenizer.decode([i]) for i in ids]
+        if any("\ufffd" in piece for piece in pieces):
+            return text, ids
+        seen[text] = pieces
+    raise ValueError(f"no candidate splits a character across tokens with this tokenizer: {seen}")

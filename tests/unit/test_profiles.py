@@ -215,3 +215,24 @@ def test_every_field_is_described():
         for section in [model, *model.sections().values()]:
             undescribed = [k for k, f in section.model_fields.items() if not f.description]
             assert not undescribed, f"{section.__name__}: {undescribed}"
+
+
+def test_a_rehearsal_is_the_host_engine_with_the_targets_serve_settings():
+    from scripts.profile_model import ServeSettings
+    from scripts.profiles import HOST_SERVE_KEYS
+
+    rehearsal, cpu, trtllm = load_profile("gpu-trtllm@cpu"), load_profile("cpu"), load_profile("gpu-trtllm")
+    assert rehearsal.name == "gpu-trtllm@cpu" and rehearsal.rehearses == trtllm and rehearsal.engine == cpu.engine
+    serve_keys = set(ServeSettings.model_fields)
+    for key in rehearsal:
+        expected = trtllm[key] if key in serve_keys - HOST_SERVE_KEYS else cpu[key]
+        assert rehearsal[key] == expected, key
+    assert rehearsal["serve_downscale_delay_s"] == 300 and rehearsal["num_gpus_per_replica"] == 0
+    assert rehearsal.path("model_dir") == cpu.path("model_dir")
+
+
+def test_a_rehearsal_needs_a_cpu_host_and_known_profiles():
+    with pytest.raises(ValueError, match="runs on a CPU profile"):
+        load_profile("cpu@gpu-vllm")
+    with pytest.raises(ValueError, match="unknown profile 'gpu-nope'"):
+        load_profile("gpu-nope@cpu")

@@ -21,3 +21,14 @@ def test_recorded_paths_are_found_under_a_copied_build_dir(build_root, tmp_path)
     assert results.local_path(recorded, "/elsewhere/build/models/m") == build_root / "models" / "m"
     assert results.local_path(recorded, "/opt/models/m") == Path("/opt/models/m")
     assert results.local_path({}, "/elsewhere/build/x") == Path("/elsewhere/build/x")
+
+
+def test_a_rehearsal_records_into_its_own_folder(build_root, tmp_path, monkeypatch):
+    from scripts.paths import RESULTS_DIR_ENV
+
+    results.record("05_serve_with_ray", profile="cpu")
+    monkeypatch.setenv(RESULTS_DIR_ENV, str(tmp_path / "rehearsal"))
+    path = results.record("05_serve_with_ray", profile="gpu-trtllm@cpu")
+    assert path == tmp_path / "rehearsal" / "05_serve_with_ray.json"
+    monkeypatch.delenv(RESULTS_DIR_ENV)
+    assert results.load("05_serve_with_ray")["profile"] == "cpu"  # the profile's own values are left as they were

@@ -2,7 +2,7 @@
 import pytest
 
 from scripts.capacity import CapacityConfigError, check_capacity, parse_cluster
-from scripts.capacity.gpu_sharing import gpu_sharing
+from scripts.capacity.gpu_sharing import cluster_cpus, gpu_sharing, replica_ceiling
 from scripts.model.configs import LLAMA_3_1_8B, LLAMA_3_2_1B
 from scripts.profiles import load_profile
 from scripts.serve.config import app_config
@@ -61,3 +61,36 @@ def test_a_share_outside_one_gpu_is_refused(share):
 def test_the_gpu_memory_is_asked_for():
     with pytest.raises(CapacityConfigError, match="gpu_memory_bytes"):
         gpu_sharing(load_profile("gpu-vllm"), 0.5, None, LLAMA_3_2_1B)
+
+
+@pytest.mark.parametrize("name", ["cpu", "gpu-vllm", "gpu-transformers", "gpu-trtllm", "gpu-trtllm@cpu"])
+def test_the_cluster_notebook_05_starts_holds_its_peak(name):
+    # Notebook 05's NUM_CPUS default. gpu-trtllm reserves 2 CPUs per replica; at half a GPU each, two
+    # replicas: a cluster of the old fixed 2 CPUs stopped at the capacity check ("CPU: short by 2").
+    profile = load_profile(name)
+    sharing = gpu_sharing(profile, 0.5, H200, LLAMA_3_2_1B)
+    cpus = cluster_cpus(profile, 0.5)
+    assert cpus == profile["serve_num_cpus_per_replica"] * sharing.max_replicas == \
+        profile["serve_num_cpus_per_replica"] * replica_ceiling(profile, 0.5)
+    gpus = 1 if sharing.applies else 0
+    fits = check_capacity(sharing.apply(app_config(profile)), parse_cluster({"nodes": [{"CPU": cpus, "GPU": gpus}]}))
+    assert fits.ok, fits.format_report()
+    short = check_capacity(sharing.apply(app_config(profile)), parse_cluster({"nodes": [{"CPU": cpus - 1, "GPU": gpus}]}))
+    assert not short.ok
+    if name.startswith("gpu-trtllm"):
+        assert cpus == 4
+
+
+def test_a_rehearsal_takes_the_replica_counts_of_the_gpu_profile_it_plays_without_a_gpu():
+    profile = load_profile("gpu-trtllm@cpu")
+    sharing = gpu_sharing(profile, 0.5)
+    assert not sharing.applies and sharing.fits and sharing.rehearses == "gpu-trtllm"
+    assert sharing.max_replicas == 2 * load_profile("gpu-trtllm")["serve_max_replicas"]
+    assert sharing.options == {"max_replicas": sharing.max_replicas}  # no num_gpus: its replicas have no GPU
+    deployment = sharing.apply(app_config(profile))["applications"][0]["deployments"][0]
+    assert deployment["autoscaling_config"]["max_replicas"] == sharing.max_replicas
+    assert deployment["ray_actor_options"]["num_gpus"] == 0
+    assert "rehearsal of gpu-trtllm" in sharing.format()
+    assert cluster_cpus(load_profile("cpu"), 0.5) == 2  # a CPU profile's replicas take no share
+    with pytest.raises(CapacityConfigError, match=r"\(0, 1\]"):
+        cluster_cpus(profile, 0)

@@ -33,6 +33,16 @@ def test_check_parameters_refuses_values_the_notebook_cannot_use(change, says):
         gc.check_parameters(**GOOD | change)
 
 
+@pytest.mark.parametrize("gpus", [1, 2, 7, 8, 16])
+def test_the_default_head_cpus_pass_the_check_on_any_gpu_count(gpus):
+    # gpu.yml runs 06 with --gpus all: on an 8-GPU host the old fixed NUM_CPUS = 8 was refused (needs 9)
+    cpus = gc.head_cpus(gpus)
+    gc.check_parameters(**GOOD | dict(num_gpus=gpus, num_cpus=cpus))
+    assert cpus == max(gc.HEAD_CPUS, gpus + 1)
+    with pytest.raises(ValueError, match="NUM_CPUS"):
+        gc.check_parameters(**GOOD | dict(num_gpus=gpus, num_cpus=gpus))
+
+
 def test_gpu_skip_reason():
     assert "logical GPUs" in gc.gpu_skip_reason(load_profile("cpu"))
     gpu = load_profile("gpu-transformers")

@@ -97,3 +97,49 @@ def test_the_serve_repositorys_engine_step_waits_what_the_profile_says(build_roo
     custom = serve_config.RepoSettings(decoupled_mode=True, max_queue_delay_microseconds=250)
     serve_config.fill_serve_repository(profile, custom)
     assert read_model_config(repo, repository_facts(repo).engine_model).dynamic_batching.max_queue_delay_microseconds == 250
+
+
+def ray_downscale_decision_s(profile, step_s=0.5):
+    """When Ray 2.60's own delay logic (``_apply_delay_logic``) first removes the burst's replica, seconds after
+    the load stops: two replicas held 3 x target requests each until then; the controller sees the ongoing
+    requests averaged over the look-back window as of the last metrics report (at worst one interval old)."""
+    from ray.serve.autoscaling_policy import _apply_delay_logic
+    from ray.serve.config import AutoscalingConfig
+
+    config = AutoscalingConfig(**deployment_options(profile)["autoscaling_config"] | {"max_replicas": 2})
+    target, window, state, replicas, t = config.target_ongoing_requests, config.look_back_period_s, {}, 2, 0.0
+    while t < 10_000:
+        reported = t - serve_config.METRICS_INTERVAL_S  # the newest report, at its oldest
+        loaded = min(max(0.0, -(reported - window)), window) / window  # the share of the window under load
+        average = loaded * 3 * target * replicas
+        desired = max(config.min_replicas, min(config.max_replicas, -(-average // target)))
+        decided, state = _apply_delay_logic(int(desired), replicas, config, state, _now=t)
+        if decided < replicas:
+            return t
+        t += step_s
+    raise AssertionError("Ray never scaled down")
+
+
+@pytest.mark.parametrize("name", available_profiles() + ["gpu-trtllm@cpu"])
+def test_each_derived_scaling_wait_exceeds_what_ray_needs(name):
+    from ray.serve.config import DEFAULT_METRICS_INTERVAL_S
+
+    assert serve_config.METRICS_INTERVAL_S == DEFAULT_METRICS_INTERVAL_S
+    profile = load_profile(name)
+    options = deployment_options(profile)
+    needed = ray_downscale_decision_s(profile) + options["graceful_shutdown_timeout_s"]
+    assert needed > profile["serve_downscale_delay_s"] + profile["serve_look_back_period_s"]
+    assert serve_config.downscale_wait_s(profile) > needed + 30, (name, needed)
+    start = 600
+    assert serve_config.upscale_wait_s(profile, start) > start + profile["serve_upscale_delay_s"] + serve_config.METRICS_INTERVAL_S
+
+
+def test_gpu_trtllms_downscale_outlasts_the_old_fixed_wait():
+    # notebook 05 waited a fixed 300 s; gpu-trtllm's downscale_delay_s alone is 300
+    assert ray_downscale_decision_s(load_profile("gpu-trtllm")) > 300
+    assert serve_config.downscale_wait_s(load_profile("gpu-trtllm")) > 400
+
+
+def test_config_source_names_the_file_or_the_rehearsal():
+    assert serve_config.config_source(load_profile("cpu")) == "env/serve/cpu.yaml"
+    assert "gpu-trtllm's Serve settings" in serve_config.config_source(load_profile("gpu-trtllm@cpu"))

@@ -1,6 +1,6 @@
 import pytest
 
-from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer
+from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer, split_character_sample
 
 
 @pytest.mark.parametrize("pieces, stops, text, stopped", [
@@ -27,6 +27,16 @@ def tiny_tokenizer():
     from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
 
     return train_tokenizer(TinyLlamaSpec())
+
+
+@pytest.fixture(scope="module")
+def llama_tokenizer():
+    """Llama 3.2's own tokenizer (a registry package ships its tokenizer.json: scripts.model.reference_tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from scripts.model.reference_tokenizer import llama32_tokenizer_dir
+
+    return AutoTokenizer.from_pretrained(llama32_tokenizer_dir())
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +91,34 @@ def test_words_keep_their_spaces_with_a_sentencepiece_style_decoder(metaspace_to
     assert "".join(metaspace_tokenizer.decode([i]) for i in ids) != text  # the trap: spaces lost
     pieces, rest = stream(metaspace_tokenizer, ids, [1] * len(ids))
     assert "".join(pieces) + rest == text == metaspace_tokenizer.decode(ids)
+
+
+def test_llama_tokenizer_is_the_real_one(llama_tokenizer):
+    assert llama_tokenizer("Hello world", add_special_tokens=False)["input_ids"] == [9906, 1917]
+    assert len(llama_tokenizer) >= 128_256
+
+
+def test_the_split_sample_is_found_for_each_vocabulary(tiny_tokenizer, llama_tokenizer):
+    # Llama 3.2 keeps "é" and "😀" whole ([34, 2642, 978, 91416]): notebook 05's fixed "Café 😀" showed no
+    # U+FFFD there. The sample is looked for instead, and holds a split character with both vocabularies.
+    assert llama_tokenizer("Café 😀", add_special_tokens=False)["input_ids"] == [34, 2642, 978, 91416]
+    assert split_character_sample(llama_tokenizer) == ("Café 🦙", [34, 2642, 978, 11410, 99, 247])
+    for tokenizer in (tiny_tokenizer, llama_tokenizer):
+        text, ids = split_character_sample(tokenizer)
+        assert "\ufffd" in "".join(tokenizer.decode([i]) for i in ids)
+        pieces, rest = stream(tokenizer, ids, [1] * len(ids))
+        assert "".join(pieces) + rest == text and rest == "" and not any("\ufffd" in p for p in pieces)
+
+
+def test_no_split_sample_names_what_each_candidate_gave(llama_tokenizer):
+    with pytest.raises(ValueError, match="no candidate splits") as caught:
+        split_character_sample(llama_tokenizer, ["Café 😀", "plain"])
+    assert "'Café 😀'" in str(caught.value) and "plain" in str(caught.value)
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_streamed_llama_ids_become_whole_characters(llama_tokenizer, size):
+    ids = llama_tokenizer(TEXT + " 🦙 ꙮ", add_special_tokens=False)["input_ids"]
+    pieces, rest = stream(llama_tokenizer, ids, [size] * len(ids))
+    assert "".join(pieces) + rest == TEXT + " 🦙 ꙮ" and rest == ""
+    assert not any("\ufffd" in p for p in pieces)
