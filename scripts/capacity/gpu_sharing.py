@@ -92,9 +92,13 @@ def replica_ceiling(profile: Profile, share: float) -> int:
     """The replicas the application may scale to with ``share`` of a GPU per replica: the profile's
     ``serve_max_replicas`` (whole GPUs) times the replicas one GPU takes; for replicas that ask for no GPU
     (a rehearsal: the replicas of the GPU profile it plays), the profile's own."""
-    asks = (profile.rehearses or profile)["num_gpus_per_replica"]
     per_gpu = replicas_per_gpu(share)
-    return profile["serve_max_replicas"] * (per_gpu if asks == 1 else 1)
+    return profile["serve_max_replicas"] * (per_gpu if _shares_a_gpu(profile) else 1)
+
+
+def _shares_a_gpu(profile: Profile) -> bool:
+    """Whether the replicas take one GPU each, so a share of one applies (for a rehearsal: the GPU profile's)."""
+    return (profile.rehearses or profile)["num_gpus_per_replica"] == 1
 
 
 def cluster_cpus(profile: Profile, share: float) -> int:
@@ -111,7 +115,7 @@ def gpu_sharing(profile: Profile, share: float, gpu_memory_bytes: int | None = N
     profile's (which counts whole GPUs) times that. ``model_config``: the model's ``config.json`` (default:
     the profile's model directory's). Profiles whose replicas ask for no GPU get no estimate."""
     per_gpu = replicas_per_gpu(share)
-    if profile.rehearses is not None and profile.rehearses["num_gpus_per_replica"] == 1:
+    if profile.rehearses is not None and _shares_a_gpu(profile):
         return GpuSharing(profile.name, share, per_gpu, replica_ceiling(profile, share), None, profile.rehearses.name)
     if not profile["num_gpus_per_replica"]:
         return GpuSharing(profile.name, share, per_gpu, profile["serve_max_replicas"], None)
@@ -123,4 +127,4 @@ def gpu_sharing(profile: Profile, share: float, gpu_memory_bytes: int | None = N
     memory = triton_instance_memory(memory_estimate_settings(profile), 1, gpu_memory_bytes,
                                     profile_model_config(profile) if model_config is None else model_config,
                                     replicas_per_gpu=per_gpu)
-    return GpuSharing(profile.name, share, per_gpu, profile["serve_max_replicas"] * per_gpu, memory)
+    return GpuSharing(profile.name, share, per_gpu, replica_ceiling(profile, share), memory)
