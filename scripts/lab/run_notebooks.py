@@ -12,16 +12,23 @@ outputs are a full run); ``-p 07:SMOKE false`` runs one of them in full and leav
 (not executed: nbval executes it and compares with the committed outputs).
 A notebook the profile lists under ``skip_notebooks`` (``env/profiles.toml``) is not run; its line
 says why (:func:`plan`).
+
+Every copy it saves, ``--inplace`` included, records where it came from in its notebook metadata
+(``metadata["tutorial"]``: the checkout's commit, whether the tree was dirty, the profile, the GPUs;
+:mod:`scripts.lab.provenance`), taken once when the run starts. Papermill itself writes it, with
+the rest of the notebook, at every save: a copy that failed half-way records it too.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
+from scripts.lab.provenance import METADATA_KEY, provenance
 from scripts.paths import NOTEBOOK_DIR, REPO_ROOT, RESULTS_DIR_ENV, executed_dir
 from scripts.profiles import REHEARSAL_MARK
 
@@ -78,9 +85,33 @@ def nbval_targets(directory: Path, paths: list[Path]) -> list[Path]:
     return targets
 
 
-def execute(path: Path, output: Path, profile: str, progress: bool = True, parameters: dict | None = None) -> float:
+#: The papermill engine of :func:`execute`: nbclient's, plus the run's record in the notebook's metadata.
+RECORDING_ENGINE = "tutorial-recording"
+
+
+@functools.cache
+def recording_engine() -> str:
+    """Register (once) and name papermill's nbclient engine with one addition: ``record=`` (a dict) goes
+    into ``metadata["tutorial"]`` before papermill's first save, so every save of the copy (each cell's,
+    the final one, the one that keeps an error) writes it with papermill's own formatting."""
+    from papermill.engines import NBClientEngine, papermill_engines  # noqa: PLC0415
+
+    class RecordingEngine(NBClientEngine):
+        @classmethod
+        def execute_notebook(cls, nb, kernel_name, record=None, **kwargs):
+            if record is not None:
+                nb.metadata[METADATA_KEY] = record
+            return super().execute_notebook(nb, kernel_name, **kwargs)
+
+    papermill_engines.register(RECORDING_ENGINE, RecordingEngine)
+    return RECORDING_ENGINE
+
+
+def execute(path: Path, output: Path, profile: str, progress: bool = True, parameters: dict | None = None,
+            record: dict | None = None) -> float:
     """Run one notebook top to bottom; papermill's bar counts its cells as they run (on stderr).
-    ``parameters`` replace values of the notebook's ``parameters`` cell (``PROFILE`` comes from ``profile``)."""
+    ``parameters`` replace values of the notebook's ``parameters`` cell (``PROFILE`` comes from ``profile``);
+    ``record`` (:func:`scripts.lab.provenance.provenance`) goes into the copy's ``metadata["tutorial"]``."""
     import papermill as pm
     from traitlets.config import Config  # noqa: PLC0415
 
@@ -88,7 +119,7 @@ def execute(path: Path, output: Path, profile: str, progress: bool = True, param
     start = time.monotonic()
     pm.execute_notebook(str(path), str(output), parameters=parameters, cwd=str(path.parent),
                         kernel_name="python3", language="python", progress_bar=progress and {"desc": path.stem[:2], "unit": "cell"},
-                        log_output=False, config=Config(KERNEL_CONFIG))
+                        log_output=False, config=Config(KERNEL_CONFIG), engine_name=recording_engine(), record=record)
     return time.monotonic() - start
 
 
@@ -125,6 +156,14 @@ def run_parameters(path: Path, pairs: list[list[str]], full: bool = False) -> di
     return smoke | notebook_parameters(path, pairs)
 
 
+def describe(record: dict) -> str:
+    """The run's record in one line, printed before its first notebook."""
+    dirty = {True: ", dirty", False: "", None: ", dirty unknown"}[record["dirty"]]
+    source = record["commit_from"] or "no .git and no TUTORIAL_COMMIT"
+    gpus = "; ".join(record["gpu"]) if record["gpu"] else "none"
+    return f"commit {record['commit'] or 'unknown'} ({source}{dirty}), GPU {gpus}"
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default=DEFAULT_PROFILE)
@@ -149,6 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     failed = 0
     paths, skipped = plan(args.profile, args.only)
+    record = provenance(args.profile) if paths else None  # before the first copy: --inplace changes tracked files
+    if record:
+        print(describe(record), flush=True)
     if REHEARSAL_MARK in args.profile:  # a rehearsal records beside its copies, not over the profile's own values
         results = Path(os.environ.setdefault(RESULTS_DIR_ENV, str(out_dir / "results")))
         print(f"rehearsal {args.profile}: check cells record into {results}", flush=True)
@@ -159,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         parameters = run_parameters(path, args.parameter, full=args.full or args.inplace)
         print(f"{path.stem:<32} running{' (SMOKE)' if parameters.get('SMOKE') else ''} ...", flush=True)
         try:
-            seconds = execute(path, target, args.profile, parameters=parameters)
+            seconds = execute(path, target, args.profile, parameters=parameters, record=record)
             print(f"{path.stem:<32} ok      {seconds:6.1f} s  -> {target.relative_to(REPO_ROOT) if target.is_relative_to(REPO_ROOT) else target}", flush=True)
         except Exception as exc:  # papermill raises PapermillExecutionError with the failing cell
             failed += 1

@@ -15,10 +15,39 @@ def test_a_notebook_runs_in_a_kernel_over_ipc_with_its_parameters(tmp_path, capf
                                           "print(json.loads(get_connection_info())['transport'], N)")]
     source, executed = tmp_path / "00_check.ipynb", tmp_path / "out.ipynb"
     nbformat.write(nb, source)
-    assert run_notebooks.execute(source, executed, "cpu", progress=False, parameters={"N": 7}) > 0
-    outputs = nbformat.read(executed, as_version=4).cells[-1].outputs
+    record = {"commit": "c" * 40, "commit_from": "git", "dirty": False, "profile": "cpu", "gpu": None}
+    assert run_notebooks.execute(source, executed, "cpu", progress=False, parameters={"N": 7}, record=record) > 0
+    copy = nbformat.read(executed, as_version=4)
+    outputs = copy.cells[-1].outputs
     assert outputs[0]["text"] == "ipc 7\n", outputs
     assert "without encryption" not in capfd.readouterr().err
+    assert copy.metadata["tutorial"] == record and copy.metadata["papermill"]["parameters"] == {"N": 7}
+    # papermill's own formatting (what the committed notebooks have): a no-op rewrite changes no byte
+    assert nbformat.writes(copy) == executed.read_text(encoding="utf-8")
+
+
+def test_a_copy_that_failed_records_where_it_came_from_too(tmp_path):
+    papermill = pytest.importorskip("papermill")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("PROFILE = 'cpu'", metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("raise RuntimeError('stop here')")]
+    source, executed = tmp_path / "00_check.ipynb", tmp_path / "out.ipynb"
+    nbformat.write(nb, source)
+    record = {"commit": None, "commit_from": None, "dirty": None, "profile": "cpu", "gpu": None}
+    with pytest.raises(papermill.PapermillExecutionError, match="stop here"):
+        run_notebooks.execute(source, executed, "cpu", progress=False, record=record)
+    assert nbformat.read(executed, as_version=4).metadata["tutorial"] == record
+
+
+def test_a_run_takes_its_record_once_and_gives_it_to_every_copy(tmp_path, monkeypatch, capsys):
+    record = {"commit": "d" * 40, "commit_from": "TUTORIAL_COMMIT", "dirty": False, "profile": "cpu",
+              "gpu": ["NVIDIA H200, 143771 MiB"]}
+    taken, given = [], []
+    monkeypatch.setattr(run_notebooks, "provenance", lambda profile: taken.append(profile) or record)
+    monkeypatch.setattr(run_notebooks, "execute", lambda *a, **k: given.append(k["record"]) or 1.0)
+    assert run_notebooks.main(["--only", "00", "02", "--out", str(tmp_path)]) == 0
+    assert taken == ["cpu"] and given == [record, record]
+    assert capsys.readouterr().out.splitlines()[0] == f"commit {'d' * 40} (TUTORIAL_COMMIT), GPU NVIDIA H200, 143771 MiB"
 
 
 def test_dash_p_reaches_only_the_notebooks_that_have_the_parameter(tmp_path):
