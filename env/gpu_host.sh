@@ -18,6 +18,15 @@
 #   env/gpu_host.sh collect WORK DEST
 #       packs what the run has made so far (executed notebooks, logs, build/ without weights) into
 #       DEST/run.tgz, and prints the progress.
+#
+# Every executed copy records the commit it ran (scripts/lab/provenance.py), but WORK/src is copied without
+# .git: start takes the commit here, `git rev-parse HEAD` and whether tracked files differ from it, when this
+# checkout is a git repository of its own, and otherwise from the caller, who knows it (a tree sent to a lent
+# machine has no .git either):
+#   TUTORIAL_COMMIT=<sha> TUTORIAL_DIRTY=0|1 env/gpu_host.sh start ...
+# (start refuses to run without one). It keeps them in WORK/provenance and gives them to the background run;
+# rerun gives the same ones, unless the caller sets TUTORIAL_COMMIT or TUTORIAL_DIRTY (TUTORIAL_DIRTY=1 after
+# changing WORK/src by hand).
 set -u
 cmd=${1:?usage: env/gpu_host.sh start|rerun|bench|collect ...}
 shift
@@ -30,6 +39,35 @@ run_environment() {
     export PATH="$1/venv/bin:$PATH" LC_ALL=C.UTF-8 PYTHONUNBUFFERED=1 TUTORIAL_BUILD_DIR="$1/build"
 }
 export -f run_environment
+
+# TUTORIAL_COMMIT and TUTORIAL_DIRTY for start, checked and written to WORK/provenance (WORK as the argument):
+# git's when this checkout is a repository of its own (a TUTORIAL_COMMIT that contradicts it is an error),
+# else the caller's. Returns 2 with the reason when there is none.
+record_provenance() {
+    local head
+    if head=$(git rev-parse --verify -q HEAD 2>/dev/null) \
+            && [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ]; then
+        if [ -n "${TUTORIAL_COMMIT:-}" ] && [ "${head#"$TUTORIAL_COMMIT"}" = "$head" ]; then
+            echo "TUTORIAL_COMMIT=$TUTORIAL_COMMIT but this checkout is at $head: unset it (git tells the commit here)" >&2
+            return 2
+        fi
+        TUTORIAL_COMMIT=$head TUTORIAL_DIRTY=0
+        [ -n "$(git status --porcelain --untracked-files=no)" ] && TUTORIAL_DIRTY=1
+    elif [ -z "${TUTORIAL_COMMIT:-}" ]; then
+        echo "$(pwd) is no git checkout, so the commit the copies record must come from you:" \
+             "TUTORIAL_COMMIT=<sha> TUTORIAL_DIRTY=0|1 env/gpu_host.sh start ..." >&2
+        return 2
+    fi
+    export TUTORIAL_COMMIT TUTORIAL_DIRTY=${TUTORIAL_DIRTY-}
+    printf 'TUTORIAL_COMMIT=%q\nTUTORIAL_DIRTY=%q\n' "$TUTORIAL_COMMIT" "$TUTORIAL_DIRTY" >"$1/provenance"
+}
+
+# For rerun: what start recorded in WORK/provenance, where the caller sets no other value.
+recorded_provenance() {
+    local commit=${TUTORIAL_COMMIT-} dirty=${TUTORIAL_DIRTY-}
+    [ -f "$1/provenance" ] && . "$1/provenance"
+    export TUTORIAL_COMMIT=${commit:-${TUTORIAL_COMMIT-}} TUTORIAL_DIRTY=${dirty:-${TUTORIAL_DIRTY-}}
+}
 
 run_in_background() {
     setsid bash -c '
@@ -69,13 +107,14 @@ start)
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do notebooks+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     mkdir -p "$work/logs"
+    record_provenance "$work" || exit 2
     rm -rf "$work/src"
     mkdir -p "$work/src"
     # the checkout, without the wheel parts or anything built here
     tar --exclude='./.whl*' --exclude='./build' --exclude='./.venv' --exclude='./.git' -cf - . \
         | tar -xf - -C "$work/src"
     INSTALL_FROM=$parts run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
-    echo "started: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
+    echo "started: $profile at $TUTORIAL_COMMIT${TUTORIAL_DIRTY:+ (dirty=$TUTORIAL_DIRTY)}, notebooks ${notebooks[*]}; progress in $work/logs/summary"
     ;;
 rerun)
     profile=$1 work=$2
@@ -84,6 +123,7 @@ rerun)
     while [ $# -gt 0 ] && [ "$1" != "--" ]; do notebooks+=("$1"); shift; done
     [ $# -gt 0 ] && shift
     [ -x "$work/venv/bin/python" ] || { echo "$work has no installed run: env/gpu_host.sh start first" >&2; exit 2; }
+    recorded_provenance "$work"
     INSTALL_FROM= run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
     echo "rerun: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
     ;;

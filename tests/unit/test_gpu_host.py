@@ -6,6 +6,7 @@ stopping the next, a failed install stopping all) without a GPU host.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import tarfile
 import time
@@ -23,10 +24,28 @@ venv = a[a.index("--venv") + 1]
 os.makedirs(venv + "/bin", exist_ok=True)
 os.symlink(sys.executable, venv + "/bin/python")
 """
-FAKE_RUNNER = """import sys
+FAKE_RUNNER = """import os, sys
 print(sys.argv[1:])
+print(os.environ.get("TUTORIAL_COMMIT"), os.environ.get("TUTORIAL_DIRTY"))
 sys.exit(3 if "01" in sys.argv else 0)
 """
+#: what a caller whose tree has no .git says it is (the stand-in checkout below has none)
+GIVEN = {"TUTORIAL_COMMIT": "a" * 40, "TUTORIAL_DIRTY": "0"}
+
+
+def gpu_host(*args, cwd=None, env=None, **kwargs):
+    """env/gpu_host.sh ARGS with this environment plus ``env``, TUTORIAL_COMMIT/DIRTY unset unless given."""
+    base = {k: v for k, v in os.environ.items() if k not in {"TUTORIAL_COMMIT", "TUTORIAL_DIRTY"}}
+    return subprocess.run(["bash", str(SCRIPT), *map(str, args)], cwd=cwd, env=base | (env or {}), timeout=30,
+                          **kwargs)
+
+
+def argv_line(log: Path) -> str:
+    return log.read_text().splitlines()[0]
+
+
+def provenance_line(log: Path) -> str:
+    return log.read_text().splitlines()[1]
 
 
 def checkout(tmp_path: Path) -> Path:
@@ -35,6 +54,8 @@ def checkout(tmp_path: Path) -> Path:
     (src / "scripts" / "lab").mkdir(parents=True)
     (src / "env" / "wheelhouse.py").write_text(FAKE_INSTALL)
     (src / "scripts" / "lab" / "run_notebooks.py").write_text(FAKE_RUNNER)
+    for package in ("scripts", "scripts/lab"):  # regular packages: they win over this repository's on PYTHONPATH
+        (src / package / "__init__.py").write_text("")
     (src / ".whl-parts").mkdir()
     return src
 
@@ -54,20 +75,21 @@ def test_start_runs_each_notebook_with_the_options_and_goes_on_past_a_failure(tm
     src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
     (parts / "part1").mkdir(parents=True)
     (parts / "part1" / "a.whl").write_text("")
-    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00", "01", "07", "--",
-                    "--full", "-p", "CONCURRENCY", "[1, 32]"], cwd=src, check=True, timeout=30)
+    gpu_host("start", "gpu-vllm", parts, work, "00", "01", "07", "--", "--full", "-p", "CONCURRENCY", "[1, 32]",
+             cwd=src, env=GIVEN, check=True)
     text = summary_when_done(work)
     assert "00 rc=0" in text and "01 rc=3" in text and "07 rc=0" in text
     assert text.index("00 rc") < text.index("01 rc") < text.index("07 rc")
-    assert (work / "logs" / "07.log").read_text().strip() == str(
+    assert argv_line(work / "logs" / "07.log") == str(
         ["--profile", "gpu-vllm", "--only", "07", "--out", str(work / "executed"), "--full", "-p", "CONCURRENCY", "[1, 32]"])
+    assert provenance_line(work / "logs" / "07.log") == f"{'a' * 40} 0"  # each notebook's run gets the commit
     assert not (work / "src" / ".whl-parts").exists()  # the wheels are not copied with the checkout
 
 
 def test_a_failed_install_runs_no_notebook(tmp_path):
     src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
     (parts / "part1").mkdir(parents=True)
-    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00"], cwd=src, check=True, timeout=30)
+    gpu_host("start", "gpu-vllm", parts, work, "00", cwd=src, env=GIVEN, check=True)
     assert "install failed" in summary_when_done(work)
     assert not (work / "logs" / "00.log").exists()
 
@@ -89,25 +111,64 @@ def test_rerun_runs_notebooks_again_on_the_installed_run_and_keeps_the_earlier_c
     src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
     (parts / "part1").mkdir(parents=True)
     (parts / "part1" / "a.whl").write_text("")
-    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00", "06"], cwd=src, check=True,
-                   timeout=30)
+    gpu_host("start", "gpu-vllm", parts, work, "00", "06", cwd=src, env=GIVEN, check=True)
     summary_when_done(work)
     (work / "executed").mkdir(exist_ok=True)
     (work / "executed" / "06_troubleshoot_gpu_resources.ipynb").write_text("the first try")
     (work / "logs" / "summary").write_text("")
-    subprocess.run(["bash", str(SCRIPT), "rerun", "gpu-vllm", str(work), "06", "--", "-p", "06:INSTANCE_COUNT", "2"],
-                   check=True, timeout=30)
+    gpu_host("rerun", "gpu-vllm", work, "06", "--", "-p", "06:INSTANCE_COUNT", "2", check=True)
     text = summary_when_done(work)
     assert "06 rc=0" in text and "install" not in text  # nothing installed again
-    assert (work / "logs" / "06.log").read_text().strip() == str(
+    assert argv_line(work / "logs" / "06.log") == str(
         ["--profile", "gpu-vllm", "--only", "06", "--out", str(work / "executed"), "-p", "06:INSTANCE_COUNT", "2"])
-    assert (work / "logs" / "06.1.log").read_text().strip().startswith("['--profile', 'gpu-vllm', '--only', '06'")
+    assert provenance_line(work / "logs" / "06.log") == f"{'a' * 40} 0"  # the commit start recorded
+    assert argv_line(work / "logs" / "06.1.log").startswith("['--profile', 'gpu-vllm', '--only', '06'")
     assert (work / "executed" / "1" / "06_troubleshoot_gpu_resources.ipynb").read_text() == "the first try"
+    # WORK/src changed by hand before a rerun: the caller says so, and the copies record it
+    (work / "logs" / "summary").write_text("")
+    gpu_host("rerun", "gpu-vllm", work, "06", env={"TUTORIAL_DIRTY": "1"}, check=True)
+    summary_when_done(work)
+    assert provenance_line(work / "logs" / "06.log") == f"{'a' * 40} 1"
+
+
+def test_start_without_git_needs_the_commit_from_the_caller_and_starts_nothing_without_it(tmp_path):
+    src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
+    (parts / "part1").mkdir(parents=True)
+    (parts / "part1" / "a.whl").write_text("")
+    done = gpu_host("start", "gpu-vllm", parts, work, "00", cwd=src, capture_output=True, text=True)
+    assert done.returncode == 2 and "TUTORIAL_COMMIT=<sha> TUTORIAL_DIRTY=0|1 env/gpu_host.sh start" in done.stderr
+    assert not (work / "src").exists() and not (work / "logs" / "summary").exists()
+
+
+def git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_start_in_a_git_checkout_records_its_head_and_whether_a_tracked_file_changed(tmp_path):
+    src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
+    (parts / "part1").mkdir(parents=True)
+    (parts / "part1" / "a.whl").write_text("")
+    git(src, "init", "-q")
+    git(src, "add", "env", "scripts")
+    git(src, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-q", "-m", "checkout")
+    head = git(src, "rev-parse", "HEAD")
+    (src / "notes.txt").write_text("untracked: not a change of the commit's files")
+    gpu_host("start", "gpu-vllm", parts, work, "00", cwd=src, check=True)
+    summary_when_done(work)
+    assert provenance_line(work / "logs" / "00.log") == f"{head} 0"
+    assert not (work / "src" / ".git").exists()
+    (src / "env" / "wheelhouse.py").write_text(FAKE_INSTALL + "# changed\n")
+    gpu_host("start", "gpu-vllm", parts, tmp_path / "work2", "00", cwd=src, check=True)
+    summary_when_done(tmp_path / "work2")
+    assert provenance_line(tmp_path / "work2" / "logs" / "00.log") == f"{head} 1"
+    contradicting = gpu_host("start", "gpu-vllm", parts, tmp_path / "work3", "00", cwd=src,
+                             env={"TUTORIAL_COMMIT": "0" * 40}, capture_output=True, text=True)
+    assert contradicting.returncode == 2 and f"this checkout is at {head}" in contradicting.stderr
+    assert not (tmp_path / "work3" / "src").exists()
 
 
 def test_rerun_needs_an_installed_run(tmp_path):
-    done = subprocess.run(["bash", str(SCRIPT), "rerun", "gpu-vllm", str(tmp_path / "nothing"), "06"],
-                          capture_output=True, text=True, timeout=30)
+    done = gpu_host("rerun", "gpu-vllm", tmp_path / "nothing", "06", capture_output=True, text=True)
     assert done.returncode == 2 and "env/gpu_host.sh start first" in done.stderr
 
 
@@ -116,12 +177,11 @@ def test_bench_runs_a_bench_module_on_the_installed_run_with_its_environment(tmp
     (parts / "part1").mkdir(parents=True)
     (parts / "part1" / "a.whl").write_text("")
     (src / "scripts" / "bench").mkdir(parents=True)
-    (src / "scripts" / "__init__.py").write_text("")
     (src / "scripts" / "bench" / "__init__.py").write_text("")
     (src / "scripts" / "bench" / "probe.py").write_text(
         "import os, sys\nprint(sys.argv[1:], os.environ['TUTORIAL_BUILD_DIR'], os.environ['LC_ALL'])\n"
         "sys.exit(4 if '--fail' in sys.argv else 0)\n")
-    subprocess.run(["bash", str(SCRIPT), "start", "gpu-vllm", str(parts), str(work), "00"], cwd=src, check=True, timeout=30)
+    gpu_host("start", "gpu-vllm", parts, work, "00", cwd=src, env=GIVEN, check=True)
     summary_when_done(work)
     ran = subprocess.run(["bash", str(SCRIPT), "bench", str(work), "probe", "--concurrency", "32", "256"], timeout=30)
     failed = subprocess.run(["bash", str(SCRIPT), "bench", str(work), "probe", "--fail"], timeout=30)
