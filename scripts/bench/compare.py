@@ -150,10 +150,12 @@ def pivot(rows: list[dict[str, Any]], value: str, by: str = "concurrency", key: 
     return list(out.values()), columns
 
 
-def side_by_side(rows: list[dict[str, Any]], baseline: str, out_dir: Path) -> str:
-    """The medians and the ratios to ``baseline``, as text; both saved beside the runs (a side-by-side bench's report)."""
+def side_by_side(rows: list[dict[str, Any]], baseline: str | None, out_dir: Path,
+                 ratio_rows: list[dict[str, Any]] | None = None) -> str:
+    """The medians and the ratios to ``baseline``, as text; both saved beside the runs (a side-by-side bench's
+    report). ``ratio_rows`` given (e.g. each route against its own baseline): those instead of ``ratios``."""
     agg = aggregate(rows)
-    ratio_rows = ratios(agg, baseline)
+    ratio_rows = ratio_rows if ratio_rows is not None else ratios(agg, baseline)
     save(rows, out_dir, "runs")
     save(agg, out_dir, "medians")
     save(ratio_rows, out_dir, "ratios")
