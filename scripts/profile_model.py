@@ -168,7 +168,10 @@ class Expectations(Section):
     offline_baseline: bool = described("the engine also runs offline, beside Triton, for bench ratios")
     sampling: bool = described("temperature, top_p and seed apply per request")
     bans_words: bool = described("bad_words apply per request")
-    batch_invariant: bool = described("greedy text does not depend on what else is in the batch")
+    batch_invariant: bool = described("a request's greedy ids inside a batch equal its ids alone (alone they equal "
+                                      "run.py's reference on every profile)")
+    batch_invariant_reason: str = described("why batch_invariant holds or not: notebook 05 prints it beside the share "
+                                            "it measures")
     logical_gpus: bool = described("no GPU to count: notebook 06 declares logical ones")
     gpu_counterpart: str = described("the GPU profile whose commands and sizes a reader is shown")
 

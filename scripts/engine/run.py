@@ -11,7 +11,9 @@ runtime (the executor that Triton's ``tensorrtllm`` backend runs too), as in ups
 ``--use_py_session`` picks the Python ``ModelRunner``. Greedy fp16 text can differ between the two,
 so the reference comes from the one Triton uses. Decoding is greedy. ``--output_json`` writes prompt
 and output token ids and texts (and the tokenizer's ``bos_token_id``), the reference that Triton and
-Ray Serve must match.
+Ray Serve must match. Every engine's output text is its ids decoded by
+:func:`scripts.model.tokenizer.decode_ids`, as the ensemble and the Serve replica decode them (not
+vLLM's own ``RequestOutput.text``, which drops an unfinished character at the end).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from typing import Any, Sequence
 
 from scripts.engine import vllm_offline
 from scripts.engine.config import VLLM_DTYPES, EngineConfigError, read_engine_config
-from scripts.model.tokenizer import end_and_pad_ids
+from scripts.model.tokenizer import decode_ids, end_and_pad_ids
 from scripts.paths import REPO_ROOT
 
 
@@ -104,6 +106,7 @@ def check_prompt_lengths(config: dict[str, Any], prompts: Sequence[str], max_out
 def generate_vllm(config: dict[str, Any], prompts: list[str], max_output_len: int, ignore_eos: bool) -> list[dict]:
     """vLLM's offline ``LLM.generate`` (the same call ``scripts.bench.triton`` times); one prompt at a
     time where the engine config says greedy output depends on the batch (``batch_invariant`` false)."""
+    tokenizer = load_tokenizer(config)
     run = vllm_offline.generate(config, prompts, max_output_len, ignore_eos=ignore_eos,
                                 one_at_a_time=config.get("batch_invariant") is False)
     return [
@@ -111,7 +114,7 @@ def generate_vllm(config: dict[str, Any], prompts: list[str], max_output_len: in
             "input_text": o.prompt,
             "input_ids": list(o.prompt_token_ids),
             "output_ids": list(o.outputs[0].token_ids),
-            "output_text": o.outputs[0].text,
+            "output_text": decode_ids(tokenizer, o.outputs[0].token_ids),
             "finish_reason": o.outputs[0].finish_reason,
         }
         for o in run.outputs
@@ -132,7 +135,7 @@ def generate_transformers(config: dict[str, Any], prompts: list[str], max_output
     for prompt, ids, out in zip(prompts, encoded, run.outputs):
         new_ids = list(out.generated_tokens)
         results.append({"input_text": prompt, "input_ids": list(ids), "output_ids": new_ids,
-                        "output_text": tokenizer.decode(new_ids, skip_special_tokens=True),
+                        "output_text": decode_ids(tokenizer, new_ids),
                         "finish_reason": "length" if len(new_ids) >= max_output_len else "stop"})
     return results
 
@@ -259,7 +262,7 @@ def generate_trtllm(config: dict[str, Any], prompts: list[str], max_output_len: 
                 "input_text": batch_prompts[i],
                 "input_ids": prompt_ids.tolist(),
                 "output_ids": new_ids,
-                "output_text": tokenizer.decode(new_ids, skip_special_tokens=True),
+                "output_text": decode_ids(tokenizer, new_ids),
                 "finish_reason": "length" if len(new_ids) >= max_output_len else "stop",
             })
     return results, runtime_name

@@ -49,3 +49,15 @@ def end_and_pad_ids(tokenizer: Any, ignore_eos: bool = False) -> tuple[int | Non
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     return (-1 if ignore_eos else eos), pad
+
+
+def decode_ids(tokenizer: Any, ids: Any, skip_special_tokens: bool = True) -> str:
+    """The text of generated token ids, decoded the one way every layer and every comparison decodes them.
+
+    One full decode of all the ids: run.py's reference text, the ensemble's postprocessing, the
+    Serve replica's streamed pieces (:class:`scripts.serve.streaming.IncrementalDetokenizer`, whose
+    pieces add up to this) and the notebooks' checks. Bytes of a character that never completes come
+    out as U+FFFD, at the end of the text too: vLLM's own detokenizer (``RequestOutput.text``) holds
+    such a tail back and drops it when the request ends, so its text for the same ids can be shorter.
+    Compare ids where a layer returns them; a text only with another text made by this function."""
+    return tokenizer.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from scripts.model.tokenizer import decode_ids
+
 
 class StopTrimmer:
     """Cut the text at the first stop sequence, as OpenAI does (the engine returns it with the text).
@@ -48,8 +50,8 @@ class IncrementalDetokenizer:
     characters across tokens). This keeps the ids, decodes a window that starts at a character
     boundary, and passes text on only once it no longer ends in an unfinished character. Decoding
     from the same first token twice and taking the difference also keeps the spaces that
-    SentencePiece-style decoders drop at the start of a text. The pieces add up to the decode of
-    all the ids.
+    SentencePiece-style decoders drop at the start of a text. The pieces, with :meth:`finish`, add up
+    to :func:`scripts.model.tokenizer.decode_ids` of all the ids, the decode every comparison uses.
     """
 
     def __init__(self, tokenizer: Any, skip_special_tokens: bool = True):
@@ -61,8 +63,9 @@ class IncrementalDetokenizer:
     def _new_text(self) -> str:
         if self.read == len(self.ids):
             return ""
-        decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)  # noqa: E731
-        return decode(self.ids[self.prefix:])[len(decode(self.ids[self.prefix:self.read])):]
+        window, done = self.ids[self.prefix:], self.ids[self.prefix:self.read]
+        return decode_ids(self.tokenizer, window, self.skip_special_tokens)[
+            len(decode_ids(self.tokenizer, done, self.skip_special_tokens)):]
 
     def feed(self, ids: Iterable[int]) -> str:
         self.ids.extend(int(i) for i in ids)

@@ -13,6 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from scripts.model.tokenizer import decode_ids
+
 
 def log_initialized(model_name: str, who: str = "python model") -> None:
     """The line every Python model of this repository writes at the end of its ``initialize()``,
@@ -198,7 +200,8 @@ class Preprocessor:
 
 
 def postprocess(tokenizer: Any, tokens: np.ndarray, lengths: np.ndarray, skip_special_tokens: bool = True) -> np.ndarray:
-    """[B, beam, T] token ids and [B, beam] lengths -> [B, beam] UTF-8 texts (beam 0 used by clients)."""
+    """[B, beam, T] token ids and [B, beam] lengths -> [B, beam] UTF-8 texts (beam 0 used by clients), each
+    decoded as every comparison decodes them (:func:`scripts.model.tokenizer.decode_ids`)."""
     tokens = np.asarray(tokens)
     if tokens.ndim == 2:
         tokens = tokens[:, None, :]
@@ -207,7 +210,7 @@ def postprocess(tokenizer: Any, tokens: np.ndarray, lengths: np.ndarray, skip_sp
     for b in range(tokens.shape[0]):
         for k in range(tokens.shape[1]):
             ids = tokens[b, k, : int(lengths[b, k])].tolist()
-            out[b, k] = tokenizer.decode(ids, skip_special_tokens=skip_special_tokens).encode("utf-8")
+            out[b, k] = decode_ids(tokenizer, ids, skip_special_tokens).encode("utf-8")
     return out
 
 

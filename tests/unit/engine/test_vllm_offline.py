@@ -9,6 +9,7 @@ import pytest
 from scripts.bench import triton as bench
 from scripts.engine import config as engine
 from scripts.engine import run, vllm_offline
+from scripts.model.tokenizer import decode_ids, load_tokenizer
 from scripts.profiles import load_profile
 
 CONFIG = {"engine": "vllm", "model_dir": "/m", "dtype": "bfloat16", "max_model_len": 512, "max_num_seqs": 8,
@@ -59,6 +60,16 @@ def fake_vllm(clock, log):
     return module
 
 
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory):
+    """The tiny Llama's tokenizer, saved where an engine config's ``tokenizer_dir`` can point."""
+    from scripts.model.tiny_llama import TinyLlamaSpec, train_tokenizer
+
+    path = tmp_path_factory.mktemp("tokenizer")
+    train_tokenizer(TinyLlamaSpec()).save_pretrained(path)
+    return str(path)
+
+
 @pytest.fixture
 def vllm_log(monkeypatch):
     log, clock = [], Clock()
@@ -86,7 +97,7 @@ def test_only_the_generate_call_is_timed(vllm_log):
     assert [entry[1] for entry in log if entry[0] == "generate"] == [["a", "b"], ["a", "b", "c"]]
 
 
-def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root):
+def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root, tokenizer_dir):
     calls = []
     real = vllm_offline.generate
 
@@ -95,9 +106,9 @@ def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root):
         return real(config, prompts, max_tokens, **kwargs)
 
     monkeypatch.setattr(vllm_offline, "generate", spy)
-    rows = run.generate_vllm(CONFIG, ["Hi"], 5, False)
-    assert rows == [{"input_text": "Hi", "input_ids": [0, 2], "output_ids": [7] * 5, "output_text": " x",
-                     "finish_reason": "length"}]
+    rows = run.generate_vllm(CONFIG | {"tokenizer_dir": tokenizer_dir}, ["Hi"], 5, False)
+    assert rows == [{"input_text": "Hi", "input_ids": [0, 2], "output_ids": [7] * 5,
+                     "output_text": decode_ids(load_tokenizer(tokenizer_dir), [7] * 5), "finish_reason": "length"}]
     engine_dir = engine.write_engine_config(load_profile("cpu")).parent
     stats = bench.offline_main(str(engine_dir), 3, 4)
     assert calls[0] == (["Hi"], 5, {"ignore_eos": False, "one_at_a_time": False})  # the cpu engine is batch-invariant
@@ -111,13 +122,28 @@ def test_run_py_and_the_benchmark_share_it(vllm_log, monkeypatch, build_root):
     assert fake.llm_module.EngineArgs is fake.EngineArgs
 
 
-def test_an_engine_that_is_not_batch_invariant_gets_its_reference_prompts_one_at_a_time(vllm_log):
+def test_an_engine_that_is_not_batch_invariant_gets_its_reference_prompts_one_at_a_time(vllm_log, tokenizer_dir):
     log, clock = vllm_log
     gpu = engine.engine_settings(load_profile("gpu-vllm"))
     assert gpu["batch_invariant"] is False and "batch_invariant" not in engine.engine_settings(load_profile("cpu"))
-    rows = run.generate_vllm(gpu, ["a", "bb", "c"], 2, False)
+    rows = run.generate_vllm(gpu | {"tokenizer_dir": tokenizer_dir}, ["a", "bb", "c"], 2, False)
     assert [entry[1] for entry in log if entry[0] == "generate"] == [["a"], ["bb"], ["c"]]
     assert [r["input_text"] for r in rows] == ["a", "bb", "c"]
     log.clear()
-    run.generate_vllm(CONFIG, ["a", "bb"], 2, False)
+    run.generate_vllm(CONFIG | {"tokenizer_dir": tokenizer_dir}, ["a", "bb"], 2, False)
     assert [entry[1] for entry in log if entry[0] == "generate"] == [["a", "bb"]]
+
+
+def test_the_reference_text_is_the_ids_decoded_as_every_layer_decodes_them(vllm_log, tokenizer_dir, monkeypatch):
+    """vLLM's own text drops a character left unfinished at the end (the H200 reference for 'The
+    tokenizer turns' lost 14 stray bytes that way, while the ensemble showed them as U+FFFD): run.py
+    stores the one decode the ensemble, the Serve replica and the notebooks' checks use."""
+    tokenizer = load_tokenizer(tokenizer_dir)
+    continuation = tokenizer("é", add_special_tokens=False)["input_ids"][1]
+    ids = tokenizer(" qu", add_special_tokens=False)["input_ids"] + [continuation] * 3
+    fake = sys.modules["vllm"]
+    monkeypatch.setattr(fake.LLM, "generate", lambda self, prompts, params, use_tqdm=True: [types.SimpleNamespace(
+        prompt=p, prompt_token_ids=[0, 5], outputs=[types.SimpleNamespace(token_ids=ids, text=" qu", finish_reason="length")])
+        for p in prompts])
+    row, = run.generate_vllm(CONFIG | {"tokenizer_dir": tokenizer_dir}, ["The tokenizer turns"], len(ids), False)
+    assert row["output_ids"] == ids and row["output_text"] == decode_ids(tokenizer, ids) == " qu" + "\ufffd" * 3

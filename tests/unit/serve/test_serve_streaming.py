@@ -1,5 +1,6 @@
 import pytest
 
+from scripts.model.tokenizer import decode_ids
 from scripts.serve.streaming import IncrementalDetokenizer, StopTrimmer, split_character_sample
 
 
@@ -84,6 +85,21 @@ def test_a_character_that_never_completes_comes_out_at_the_end(tiny_tokenizer):
     pieces, rest = stream(tiny_tokenizer, ids[:1], [1])
     assert pieces == [""] and rest == "\ufffd" == tiny_tokenizer.decode(ids[:1])
 
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_the_pieces_add_up_to_the_one_full_decode_even_with_stray_bytes(tiny_tokenizer, size):
+    """A greedy answer of random weights can end in tokens that hold no whole character (the H200 reference
+    for 'The tokenizer turns' ends in 14 continuation bytes): they come out as U+FFFD, as a full decode
+    gives them, at any cut of the stream, and mid-text as at the end."""
+    continuation = tiny_tokenizer("é", add_special_tokens=False)["input_ids"][1]  # the second byte of "é" alone
+    words = tiny_tokenizer(" qu", add_special_tokens=False)["input_ids"]
+    for ids in (words + [continuation] * 14, [continuation] + words + [continuation, continuation] + words):
+        whole = decode_ids(tiny_tokenizer, ids)
+        assert "\ufffd" in whole and whole == tiny_tokenizer.decode(ids, skip_special_tokens=True)
+        pieces, rest = stream(tiny_tokenizer, ids, [size] * len(ids))
+        assert "".join(pieces) + rest == whole
+    assert decode_ids(tiny_tokenizer, words + [continuation] * 14).endswith("\ufffd" * 14)
 
 def test_words_keep_their_spaces_with_a_sentencepiece_style_decoder(metaspace_tokenizer):
     text = "Triton loads the traffic"
