@@ -9,6 +9,7 @@ What the host provides is decided from its own package list (--host-freeze: `pyt
 of the .in file (its CUDA torch stack, always dropped); `# leave-out:` names are never carried.
 Directives of the .in file: `# host-provides:`, `# leave-out:`, `# override:` (these pins win over
 what any package asks, e.g. NumPy 1.x; needs uv), `# check-imports:` (modules the install imports),
+`# check-commands:` (commands of VENV/bin the install runs with --help, besides the `tutorial-*` ones),
 `# glibc:` (the oldest host glibc, default 2.39).
 
 `install` (on the host) joins and checks the wheels, installs them all into TARGET in ONE
@@ -25,21 +26,39 @@ symlinks to every host entry except numpy, scipy and scikit-learn. The stub find
 through the venv of the first `python3` on PATH, so VENV/bin goes first on PATH for tritonserver
 and the notebook kernel.
 
+Commands as a reader types them: `pip install --target` writes the console scripts (vllm, serve, ray,
+jupyter, papermill, ...) to TARGET/bin with the installing interpreter in their shebang, which lacks
+the venv's .pth. VENV/bin gets a wrapper per script that runs it with VENV/bin/python (a binary is
+linked), one per `[project.scripts]` entry of the repository's pyproject.toml (the `tutorial-*` tools:
+the repository is on the venv's path through its .pth, not installed there), and one per console
+script of the host's packages the venv sees (a package the host already had is not carried, and its
+own script runs the host's interpreter). tutorial.pth also runs scripts.engine.flashinfer_switch at
+every interpreter start (VLLM_USE_FLASHINFER_SAMPLER=0 where FlashInfer is not importable: the
+wheelhouse leaves it out), so `vllm serve` typed by hand starts. The install ends by running the
+profile's `# check-commands:` and every `tutorial-*` tool with --help, and names each that does not
+start. (The other scripts are linked the same way but not run: some belong to extras the profile does
+not carry, e.g. Ray's `tune`, and fail to import by design.)
+
 Standard library only: it runs on a bare host with a system python3.
 """
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ThreadPoolExecutor
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
+import os
 from operator import eq, ge, gt, le, lt, ne
 import re
+import shlex
 import shutil
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -48,7 +67,18 @@ MANIFEST = "MANIFEST.json"
 MANYLINUX = (17, 24, 27, 28, 31, 34, 35, 39)
 HIDDEN_FROM_HOST = ("numpy", "scipy", "sklearn", "scikit_learn")
 CHECK_IMPORTS = ("numpy", "ray", "tritonclient.grpc", "transformers", "papermill", "scripts")
-DIRECTIVES = ("host-provides", "leave-out", "override", "check-imports", "glibc")
+CHECK_COMMANDS = ("ray", "serve", "jupyter", "papermill")
+DIRECTIVES = ("host-provides", "leave-out", "override", "check-imports", "check-commands", "glibc")
+#: tutorial.pth's last line: scripts.engine.flashinfer_switch's rule in every process of the venv (the
+#: repository's line comes before it, so `scripts` is importable by then)
+FLASHINFER_PTH_LINE = "import scripts.engine.flashinfer_switch; scripts.engine.flashinfer_switch.apply()"
+#: what `python -m venv` puts in bin/: never replaced by a script of TARGET
+VENV_OWN = re.compile(r"python(3(\.\d+)?)?|activate.*|Activate\.ps1|pip[\d.]*")
+SCRIPT_CHECK_TIMEOUT_S = 180
+#: output of a script that did not start: an import failed, or the interpreter could not run the file
+NOT_STARTED = re.compile(r"^(\w+\.)*(ModuleNotFoundError|ImportError|PackageNotFoundError)\b|^AttributeError: module "
+                         r"|undefined symbol|cannot open shared object file|^/bin/sh: .*(not found|Permission denied)",
+                         re.M)
 
 
 def check_script(modules: list[str] | tuple[str, ...] | None = None) -> str:
@@ -76,7 +106,7 @@ def read_profile(path: Path) -> dict[str, list[str]]:
         key = line[1:].split(":", 1)[0].strip() if line.startswith("#") and ":" in line else ""
         if key in DIRECTIVES:
             words = line.split(":", 1)[1].split(" -- ")[0].split()
-            prof[key] += words if key in ("check-imports", "glibc") else [normalize(n) for n in words]
+            prof[key] += words if key in ("check-imports", "check-commands", "glibc") else [normalize(n) for n in words]
         elif (req := line.split("#")[0].strip()):
             prof["requirements"].append(req)
     return prof
@@ -285,7 +315,8 @@ def build(args: argparse.Namespace) -> None:
         names = [n for n, (v, _) in verdicts.items() if v == verdict]
         print(f"{title} ({len(names)}): {' '.join(names) or '-'}")
     carried = [wheels[n].name for n, (v, _) in verdicts.items() if v == "carry"]
-    extra = {"profile": args.profile, "check_imports": prof["check-imports"] or list(CHECK_IMPORTS)}
+    extra = {"profile": args.profile, "check_imports": prof["check-imports"] or list(CHECK_IMPORTS),
+             "check_commands": prof["check-commands"] or list(CHECK_COMMANDS)}
     parts = split(wheels_dir, args.out, int(args.part_mb * MB), carried, extra)
     print(f"{'part':<8}{'files':>6}{'MB':>9}")
     for d in parts:
@@ -331,6 +362,137 @@ def curate_host_site(host_site: Path, dest: Path) -> None:
             (dest / entry.name).symlink_to(entry)
 
 
+def pth_text(target: Path, host_site: Path, repo: Path) -> str:
+    """tutorial.pth: TARGET first (NumPy 1.x), the curated host site-packages, the repository, then the
+    FlashInfer switch (an `import` line of a .pth runs at interpreter start, after the lines above it)."""
+    return f"{target}\n{host_site}\n{repo}\n{FLASHINFER_PTH_LINE}\n"
+
+
+def is_python_script(path: Path) -> bool:
+    """A script pip wrote for an entry point: `#!.../python` or, for a long path, `#!/bin/sh` then an
+    `exec .../python` line (both run as a Python file: that second line is a string literal there)."""
+    with path.open("rb") as f:
+        head = f.read(1024)
+    return head.startswith(b"#!") and b"python" in b"\n".join(head.split(b"\n")[:2])
+
+
+def target_wrapper(python: Path, script: Path) -> str:
+    """A TARGET/bin script run by the venv's python (its own shebang names the installing interpreter)."""
+    return ("#!/bin/sh\n# env/wheelhouse.py install: the pip --target script, run by this venv's python\n"
+            f'exec {shlex.quote(str(python))} {shlex.quote(str(script))} "$@"\n')
+
+
+def entry_point_wrapper(python: Path, entry: str) -> str:
+    """The console script of `module:function`, run by `python`, in pip's form for any path length: a
+    /bin/sh line execs the interpreter on this file, where Python reads that line as a string literal."""
+    module, _, function = entry.partition(":")
+    function = function or "main"
+    if not re.fullmatch(r"[A-Za-z_][\w.]*", module) or not re.fullmatch(r"[A-Za-z_][\w.]*", function):
+        raise SystemExit(f"[project.scripts] entry {entry!r} is not module:function")
+    if re.search(r"['\"\\$`\n]", str(python)):
+        raise SystemExit(f"{python}: the venv's path has a quote, backslash, $ or `: choose a plain path")
+    return ("#!/bin/sh\n"
+            f"'''exec' \"{python}\" \"$0\" \"$@\"\n"
+            "' '''\n"
+            "# env/wheelhouse.py install: the repository's [project.scripts] entry, run by this venv's python\n"
+            "import sys\n"
+            f"from {module} import {function.split('.')[0]}\n"
+            "if __name__ == \"__main__\":\n"
+            f"    sys.exit({function}())\n")
+
+
+def project_scripts(repo: Path) -> dict[str, str]:
+    """{name: "module:function"} of the repository's pyproject.toml [project.scripts] (none without one)."""
+    path = repo / "pyproject.toml"
+    if not path.is_file():
+        return {}
+    return dict(tomllib.loads(path.read_text()).get("project", {}).get("scripts", {}))
+
+
+def console_scripts(site: Path) -> dict[str, str]:
+    """{name: "module:function"} of the console scripts of the distributions installed in `site`."""
+    found: dict[str, str] = {}
+    for dist in sorted(importlib.metadata.distributions(path=[str(site)]), key=lambda d: d.metadata["Name"] or ""):
+        for ep in dist.entry_points:
+            if ep.group == "console_scripts" and ep.module:
+                found.setdefault(ep.name, f"{ep.module}:{ep.attr or 'main'}")
+    return found
+
+
+def link_scripts(target: Path, venv: Path, repo: Path, host_site: Path | None = None) -> dict[str, str]:
+    """VENV/bin entries, in this order of precedence: TARGET/bin's scripts (a wrapper that runs a Python
+    script with VENV/bin/python; a link to anything else, e.g. a binary), the repository's
+    [project.scripts], and the console scripts of the packages of `host_site` (the curated host
+    site-packages) not made already. Returns {name: "python" | "binary" | "project" | "host"}; the venv's
+    own names (python, activate, pip) are left as they are."""
+    python, made = venv / "bin" / "python", {}
+
+    def replace(name: str, text: str | None = None, link: Path | None = None) -> None:
+        path = venv / "bin" / name
+        path.unlink(missing_ok=True)
+        if link is not None:
+            path.symlink_to(link)
+        else:
+            path.write_text(text)
+            path.chmod(0o755)
+
+    bin_dir = target / "bin"
+    for script in sorted(bin_dir.iterdir()) if bin_dir.is_dir() else []:
+        if not script.is_file() or VENV_OWN.fullmatch(script.name):
+            continue
+        if is_python_script(script):
+            replace(script.name, target_wrapper(python, script))
+            made[script.name] = "python"
+        else:
+            replace(script.name, link=script)
+            made[script.name] = "binary"
+    for name, entry in project_scripts(repo).items():
+        if name in made or VENV_OWN.fullmatch(name):
+            raise SystemExit(f"[project.scripts] {name}: {bin_dir} or the venv has a command of that name")
+        replace(name, entry_point_wrapper(python, entry))
+        made[name] = "project"
+    for name, entry in (console_scripts(host_site) if host_site else {}).items():
+        if name not in made and not VENV_OWN.fullmatch(name) and "/" not in name:
+            replace(name, entry_point_wrapper(python, entry))
+            made[name] = "host"
+    return made
+
+
+def script_failure(name: str, done: subprocess.CompletedProcess | None) -> str | None:
+    """Why `NAME --help` shows that the command does not start, or None. Status 0, or a usage error (1 or
+    2) of a script that takes no --help, is a start; a failed import, a file the interpreter could not
+    run, another status, a signal, or no answer in time (done is None) is not."""
+    if done is None:
+        return f"{name}: no answer to --help within {SCRIPT_CHECK_TIMEOUT_S} s"
+    out = (done.stdout or "") + (done.stderr or "")
+    tail = "\n".join("    " + line for line in out.strip().splitlines()[-8:])
+    if done.returncode < 0:
+        return f"{name}: killed by signal {-done.returncode}\n{tail}"
+    if done.returncode not in (0, 1, 2) or NOT_STARTED.search(out):
+        return f"{name}: exit status {done.returncode}\n{tail}"
+    return None
+
+
+def check_scripts(venv: Path, made: dict[str, str], commands: list[str] | tuple[str, ...]) -> list[str]:
+    """`VENV/bin/NAME --help` for each of `commands` and each project script, several at a time, with
+    VENV/bin first on PATH; the failures (a command that is missing too), one message each, in name order."""
+    env = {**os.environ, "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def run(name: str) -> str | None:
+        if name not in made:
+            return f"{name}: not in {venv / 'bin'} (no installed distribution has this console script)"
+        try:
+            done = subprocess.run([str(venv / "bin" / name), "--help"], capture_output=True, text=True, env=env,
+                                  stdin=subprocess.DEVNULL, timeout=SCRIPT_CHECK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            done = None
+        return script_failure(name, done)
+
+    checked = sorted(set(commands) | {n for n, kind in made.items() if kind == "project"})
+    with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1))) as pool:
+        return [f for f in pool.map(run, checked) if f]
+
+
 def install(args: argparse.Namespace) -> None:
     target, venv = args.target.resolve(), args.venv.resolve()
     if target.exists() and any(target.iterdir()):
@@ -344,13 +506,20 @@ def install(args: argparse.Namespace) -> None:
     if len(site) != 1:
         raise SystemExit(f"expected one lib/python3.X/site-packages in {venv}, found {len(site)}")
     curate_host_site(args.host_site_packages, venv / "host-site-packages")
-    (site[0] / "tutorial.pth").write_text(f"{target}\n{venv / 'host-site-packages'}\n{args.repo.resolve()}\n")
+    (site[0] / "tutorial.pth").write_text(pth_text(target, venv / "host-site-packages", args.repo.resolve()))
+    scripts = link_scripts(target, venv, args.repo.resolve(), venv / "host-site-packages")
     manifest = json.loads(next(d / MANIFEST for d in args.dirs if (d / MANIFEST).is_file()).read_text())
     check = subprocess.run([str(venv / "bin" / "python"), "-c", check_script(manifest.get("check_imports"))],
                            capture_output=True, text=True)
     if check.returncode:
         raise SystemExit(f"check failed in {venv}:\n{check.stderr}")
     print(check.stdout.strip())
+    commands = manifest.get("check_commands") or list(CHECK_COMMANDS)
+    if failed := check_scripts(venv, scripts, commands):
+        raise SystemExit(f"{len(failed)} command(s) of {venv / 'bin'} do not start (`NAME --help`):\n\n"
+                         + "\n\n".join(failed))
+    checked = sorted(set(commands) | {n for n, kind in scripts.items() if kind == "project"})
+    print(f"{len(scripts)} commands in {venv / 'bin'}; these started with --help: {' '.join(checked)}")
     print(f"put the stub's environment first on PATH (tritonserver, notebook kernel):\nexport PATH={venv}/bin:$PATH")
 
 
