@@ -2,10 +2,13 @@
 the host's own CUDA stack is kept, and the stub's venv sees TARGET, the curated host site-packages
 and the repository in that order. pip and venv are mocked; the command lines are checked."""
 import importlib.util
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -103,7 +106,7 @@ def test_build_drops_host_wheels_but_keeps_requirements(tmp_path, monkeypatch, c
 
     monkeypatch.setattr(wh.subprocess, "run", fake_run)
     wh.main(["build", "--python-version", "3.12", "--out", str(tmp_path / "out"),
-             "--requirements", str(reqs), "--constraints", str(lock), "--resolver", "pip"])
+             "--requirements", str(reqs), "--constraints", str(lock), "--resolver", "pip", "--no-prometheus"])
     (requirements, constraints), = calls
     assert constraints == "ray==2.60.0\n" and requirements.splitlines()[-1] == "tritonserver==2.73.0"
     manifest = json.loads((tmp_path / "out" / "part1" / "MANIFEST.json").read_text())
@@ -414,7 +417,7 @@ def test_build_profile_with_uv_and_host_freeze(tmp_path, monkeypatch, capsys):
     (out / "wheels").mkdir(parents=True)
     meta_wheel(out / "wheels", "dep", "1.0")  # a stale file of the download cache: not carried
     wh.main(["build", "--profile", "gpu-test", "--python-version", "3.12", "--out", str(out), "--constraints", str(lock),
-             "--host-freeze", str(freeze), "--resolver", "uv"])
+             "--host-freeze", str(freeze), "--resolver", "uv", "--no-prometheus"])
     manifest = json.loads((out / "part1" / "MANIFEST.json").read_text())
     assert manifest["profile"] == "gpu-test" and manifest["check_imports"] == ["numpy", "app"]
     assert manifest["check_commands"] == list(wh.CHECK_COMMANDS)
@@ -440,7 +443,7 @@ def test_build_without_host_freeze_says_so(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(wh.subprocess, "run", fake_run)
     wh.main(["build", "--python-version", "3.12", "--out", str(tmp_path / "out"), "--requirements", str(reqs),
-             "--constraints", str(lock), "--resolver", "pip"])
+             "--constraints", str(lock), "--resolver", "pip", "--no-prometheus"])
     printed = capsys.readouterr().out
     assert "no --host-freeze: only the # host-provides names are dropped" in printed
     assert "needed only by what the host provides or what is left out (1): nvidia-cublas" in printed
@@ -568,3 +571,91 @@ def test_the_venv_sets_the_flashinfer_switch_at_interpreter_start(tmp_path):
     done = subprocess.run([sys.executable, "-c", code, str(site_dir)], capture_output=True, text=True, timeout=60,
                           env={**env, "PYTHONPATH": str(REPO_ROOT), "VLLM_USE_FLASHINFER_SAMPLER": "1"})
     assert done.stdout.strip() == "1"
+
+
+# --- Prometheus for notebook 07, carried as an extra file of the parts ---------------------------------
+
+def fake_prometheus_deb(tmp_path: Path, package: str = "prometheus") -> Path:
+    """A .deb laid out as Debian's prometheus package (usr/bin/prometheus and promtool, the copyright and
+    NOTICE), with shell scripts for the two programs; built by dpkg-deb as any package is."""
+    root = tmp_path / "pkg"
+    (root / "DEBIAN").mkdir(parents=True)
+    (root / "DEBIAN" / "control").write_text(f"Package: {package}\nVersion: 2.42.0+ds-5+deb12u1\nArchitecture: amd64\n"
+                                             "Maintainer: x <x@example.org>\nDescription: test\n")
+    (root / "usr" / "bin").mkdir(parents=True)
+    for name in ("prometheus", "promtool"):
+        (root / "usr" / "bin" / name).write_text(f"#!/bin/sh\necho '{name}, version 2.42.0'\n")
+        (root / "usr" / "bin" / name).chmod(0o755)
+    (root / "usr" / "share" / "doc" / "prometheus").mkdir(parents=True)
+    for name in ("copyright", "NOTICE"):
+        (root / "usr" / "share" / "doc" / "prometheus" / name).write_text(name)
+    deb = tmp_path / f"{package}.deb"
+    subprocess.run(["dpkg-deb", "--root-owner-group", "--build", str(root), str(deb)], check=True, capture_output=True)
+    return deb
+
+
+needs_dpkg = pytest.mark.skipif(not shutil.which("dpkg-deb"), reason="dpkg-deb (Debian's dpkg) is not installed")
+
+
+@needs_dpkg
+def test_prometheus_archive_holds_the_packages_two_programs(tmp_path):
+    archive, keys = wh.prometheus_archive(tmp_path / "extras", fake_prometheus_deb(tmp_path))
+    assert archive.name == "prometheus-2.42.0+ds-5+deb12u1.tar.gz"
+    assert keys == {"unpack": "venv", "commands": ["prometheus", "promtool"],
+                    "source": "Debian package prometheus 2.42.0+ds-5+deb12u1 (amd64): usr/bin/prometheus, usr/bin/promtool"}
+    with tarfile.open(archive) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert sorted(members) == ["bin/prometheus", "bin/promtool", "share/doc/prometheus/NOTICE",
+                               "share/doc/prometheus/copyright"]
+    assert members["bin/prometheus"].mode == 0o755 and members["bin/prometheus"].uid == 0
+    with pytest.raises(SystemExit, match="is prometheus-node-exporter for amd64"):
+        wh.prometheus_archive(tmp_path / "extras", fake_prometheus_deb(tmp_path / "other", "prometheus-node-exporter"))
+
+
+def test_prometheus_archive_says_what_to_do_when_apt_cannot_download(tmp_path, monkeypatch):
+    monkeypatch.setattr(wh.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, 100, "", "E: no list"))
+    with pytest.raises(SystemExit, match=r"apt-get download prometheus` failed \(E: no list\).*--prometheus-deb FILE.*--no-prometheus"):
+        wh.prometheus_archive(tmp_path)
+
+
+def test_an_extra_file_travels_in_the_parts_with_its_sha256_and_chunks(wheels, tmp_path):
+    extra = fake_wheel(tmp_path, "prometheus-1.tar.gz", 50_000)  # bigger than a part: chunks, as a big wheel
+    parts = wh.split(wheels, tmp_path / "out", PART, files={extra: {"unpack": "venv", "commands": ["prometheus"]}})
+    assert all(sum(f.stat().st_size for f in p.iterdir()) <= PART for p in parts)
+    manifest = json.loads((parts[0] / "MANIFEST.json").read_text())
+    (entry,) = manifest["files"]
+    assert entry["filename"] == extra.name and entry["sha256"] == wh.sha256(extra) and entry["size"] == extra.stat().st_size
+    assert len(entry["chunks"]) >= 2 and entry["unpack"] == "venv" and entry["commands"] == ["prometheus"]
+    assert extra.name not in {w["filename"] for w in manifest["wheels"]}
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert [p.read_bytes() for p in wh.assemble(parts, scratch, "files")] == [extra.read_bytes()]
+    assert len(wh.assemble(parts, scratch)) == 7  # the wheels alone
+    chunk_part = entry["chunks"][-1]["part"]
+    with pytest.raises(SystemExit, match=f"missing parts: part{chunk_part} "):
+        wh.assemble([p for p in parts if p.name != f"part{chunk_part}"], scratch)  # named even for the wheels
+
+
+@needs_dpkg
+def test_install_unpacks_prometheus_into_the_venv_and_runs_it(wheels, tmp_path, monkeypatch, capsys):
+    archive, keys = wh.prometheus_archive(tmp_path / "extras", fake_prometheus_deb(tmp_path))
+    parts = wh.split(wheels, tmp_path / "out", PART, files={archive: keys})
+    site = tmp_path / "host-site"
+    site.mkdir()
+    calls = run_install(tmp_path, monkeypatch, parts, site)
+    venv_bin = tmp_path / "venv" / "bin"
+    assert (venv_bin / "prometheus").read_text() == "#!/bin/sh\necho 'prometheus, version 2.42.0'\n"
+    assert os.access(venv_bin / "promtool", os.X_OK)
+    assert (tmp_path / "venv" / "share" / "doc" / "prometheus" / "NOTICE").is_file()
+    assert [str(venv_bin / "prometheus"), "--help"] in calls and [str(venv_bin / "promtool"), "--help"] in calls
+    assert not any(Path(a).name.endswith(".tar.gz") for c in calls for a in c)  # not handed to pip
+    assert "prometheus-2.42.0+ds-5+deb12u1.tar.gz unpacked into" in capsys.readouterr().out
+
+
+def test_unpack_refuses_a_member_outside_the_folder(tmp_path):
+    bad = tmp_path / "bad.tar.gz"
+    with tarfile.open(bad, "w:gz") as tar:
+        info = tarfile.TarInfo("../evil")
+        tar.addfile(info, io.BytesIO(b""))
+    with pytest.raises(SystemExit, match="refusing member '../evil'"):
+        wh.unpack_into(bad, tmp_path / "root")
