@@ -108,7 +108,7 @@ rerun)
     [ $# -gt 0 ] && shift
     [ -x "$work/venv/bin/python" ] || { echo "$work has no installed run: env/gpu_host.sh start first" >&2; exit 2; }
     echo "rerun $profile ${notebooks[*]} at $(date -u +%T)" >>"$work/logs/summary"
-    INSTALL_FROM= run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
+    INSTALL_FROM='' run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
     echo "rerun: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
     ;;
 bench)

@@ -659,3 +659,27 @@ def test_unpack_refuses_a_member_outside_the_folder(tmp_path):
         tar.addfile(info, io.BytesIO(b""))
     with pytest.raises(SystemExit, match="refusing member '../evil'"):
         wh.unpack_into(bad, tmp_path / "root")
+
+
+def test_build_carries_prometheus_unless_told_not_to(tmp_path, monkeypatch, capsys):
+    reqs = tmp_path / "r.in"
+    reqs.write_text("app==1.0\n")
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    archive = fake_wheel(tmp_path, "prometheus-2.42.0.tar.gz", 1000)
+    asked = []
+
+    def fake_archive(dest, deb=None):
+        asked.append((dest, deb))
+        return archive, {"unpack": "venv", "commands": ["prometheus", "promtool"], "source": "Debian package prometheus 2.42.0"}
+
+    monkeypatch.setattr(wh, "prometheus_archive", fake_archive)
+    monkeypatch.setattr(wh.subprocess, "run", lambda cmd, check=False: meta_wheel(Path(cmd[cmd.index("-d") + 1]), "app", "1.0"))
+    base = ["build", "--python-version", "3.12", "--requirements", str(reqs), "--constraints", str(lock), "--resolver", "pip"]
+    wh.main([*base, "--out", str(tmp_path / "out"), "--prometheus-deb", str(tmp_path / "p.deb")])
+    assert asked == [(tmp_path / "out" / "extras", tmp_path / "p.deb")]
+    manifest = json.loads((tmp_path / "out" / "part1" / "MANIFEST.json").read_text())
+    assert [f["filename"] for f in manifest["files"]] == [archive.name] and manifest["files"][0]["commands"] == ["prometheus", "promtool"]
+    assert "1 wheels + prometheus-2.42.0.tar.gz, 1 parts" in capsys.readouterr().out
+    wh.main([*base, "--out", str(tmp_path / "bare"), "--no-prometheus"])
+    assert len(asked) == 1 and "files" not in json.loads((tmp_path / "bare" / "part1" / "MANIFEST.json").read_text())
