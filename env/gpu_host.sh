@@ -15,6 +15,13 @@
 #       runs `python -m scripts.bench.MODULE ARGS` on what start installed and built, in the foreground with
 #       the run's environment, its output in WORK/logs/bench-MODULE.log (numbered as rerun numbers) and a line
 #       in the summary; chain it after a run: until grep -q '^done' WORK/logs/summary; do sleep 5; done; ...
+#   env/gpu_host.sh wait WORK
+#       blocks until the latest start or rerun has written `done` (or its install failed), printing the
+#       summary's lines as they come; exits 1 when the install or any notebook failed (rc not 0) or the run
+#       stopped without `done`. For CI and any session that outlasts the run; short sessions use collect.
+#   env/gpu_host.sh check WORK [PYTEST_ARGS...]
+#       pytest tests/notebooks/test_recorded.py on what the run recorded (TUTORIAL_BUILD_DIR=WORK/build), in the
+#       foreground with the run's environment; its output also in WORK/logs/check.log and a line in the summary.
 #   env/gpu_host.sh collect WORK DEST
 #       packs what the run has made so far (executed notebooks, logs, build/ without weights) into
 #       DEST/run.tgz, and prints the progress.
@@ -28,7 +35,7 @@
 # rerun gives the same ones, unless the caller sets TUTORIAL_COMMIT or TUTORIAL_DIRTY (TUTORIAL_DIRTY=1 after
 # changing WORK/src by hand).
 set -u
-cmd=${1:?usage: env/gpu_host.sh start|rerun|bench|collect ...}
+cmd=${1:?usage: env/gpu_host.sh start|rerun|wait|check|bench|collect ...}
 shift
 
 # The notebooks, one by one, each with its own log, in the background (setsid: the run outlives the shell
@@ -70,8 +77,10 @@ recorded_provenance() {
 }
 
 run_in_background() {
+    rm -f "$1/logs/run.pid"  # the background run writes its own: wait tells a live run by it
     setsid bash -c '
         work=$1 profile=$2; shift 2
+        echo $$ >"$work/logs/run.pid"
         cd "$work/src" || exit 1
         nb=(); while [ "$1" != "--" ]; do nb+=("$1"); shift; done; shift
         if [ -n "${INSTALL_FROM:-}" ]; then
@@ -99,6 +108,19 @@ run_in_background() {
     ' gpu_host "$@" </dev/null >>"$1/logs/pipeline.log" 2>&1 &
 }
 
+# A numbered earlier copy of a log (name.log -> name.1.log, name.2.log, ...): reruns keep what came before.
+keep_earlier_log() {
+    local log=$1 i=1
+    [ -e "$log" ] || return 0
+    while [ -e "${log%.log}.$i.log" ]; do i=$((i + 1)); done
+    mv "$log" "${log%.log}.$i.log"
+}
+
+# The summary's lines since the latest `start` or `rerun` line.
+latest_run() {
+    awk '/^(start|rerun) /{n=0; delete l} {l[++n]=$0} END{for (i=1; i<=n; i++) print l[i]}' "$1/logs/summary" 2>/dev/null
+}
+
 case "$cmd" in
 start)
     profile=$1 parts=$2 work=$3
@@ -110,6 +132,7 @@ start)
     record_provenance "$work" || exit 2
     rm -rf "$work/src"
     mkdir -p "$work/src"
+    echo "start $profile ${notebooks[*]} at $(date -u +%T)" >>"$work/logs/summary"
     # the checkout, without the wheel parts or anything built here
     tar --exclude='./.whl*' --exclude='./build' --exclude='./.venv' --exclude='./.git' -cf - . \
         | tar -xf - -C "$work/src"
@@ -124,7 +147,8 @@ rerun)
     [ $# -gt 0 ] && shift
     [ -x "$work/venv/bin/python" ] || { echo "$work has no installed run: env/gpu_host.sh start first" >&2; exit 2; }
     recorded_provenance "$work"
-    INSTALL_FROM= run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
+    echo "rerun $profile ${notebooks[*]} at $(date -u +%T)" >>"$work/logs/summary"
+    INSTALL_FROM='' run_in_background "$work" "$profile" "${notebooks[@]}" -- "$@"
     echo "rerun: $profile, notebooks ${notebooks[*]}; progress in $work/logs/summary"
     ;;
 bench)
@@ -132,13 +156,58 @@ bench)
     shift 2
     [ -x "$work/venv/bin/python" ] || { echo "$work has no installed run: env/gpu_host.sh start first" >&2; exit 2; }
     log="$work/logs/bench-$module.log"
-    if [ -e "$log" ]; then i=1; while [ -e "$work/logs/bench-$module.$i.log" ]; do i=$((i + 1)); done; mv "$log" "$work/logs/bench-$module.$i.log"; fi
+    keep_earlier_log "$log"
     t=$(date +%s)
     echo "bench $module running since $(date -u +%T)" >>"$work/logs/summary"
     (cd "$work/src" && run_environment "$work" && python -m "scripts.bench.$module" "$@") >"$log" 2>&1
     rc=$?
     echo "bench $module rc=$rc $(( $(date +%s) - t )) s" >>"$work/logs/summary"
     exit $rc
+    ;;
+wait)
+    work=$1
+    [ -e "$work/logs/summary" ] || { echo "$work has no run: env/gpu_host.sh start first" >&2; exit 2; }
+    shown=0 waited=0
+    while :; do
+        lines=$(latest_run "$work")
+        total=$(printf '%s\n' "$lines" | grep -c .)
+        [ "$total" -gt "$shown" ] && printf '%s\n' "$lines" | tail -n "+$((shown + 1))" && shown=$total
+        if grep -q '^install failed' <<<"$lines"; then
+            echo "the install failed: $work/logs/install.log" >&2
+            tail -n 30 "$work/logs/install.log" >&2 2>/dev/null
+            exit 1
+        fi
+        grep -qx 'done' <<<"$lines" && break
+        if [ -e "$work/logs/run.pid" ]; then
+            if ! kill -0 "$(cat "$work/logs/run.pid")" 2>/dev/null; then
+                sleep 1  # it may have written `done` as it ended
+                grep -qx 'done' <<<"$(latest_run "$work")" && continue
+                echo "the run stopped without writing done: see $work/logs/pipeline.log" >&2
+                exit 1
+            fi
+        elif [ "$((waited += 1))" -gt 30 ]; then
+            echo "no run started in $work (no logs/run.pid): see $work/logs/pipeline.log" >&2
+            exit 1
+        fi
+        sleep "${GPU_HOST_POLL_S:-10}"
+    done
+    failed=$(grep -E '^[0-9][0-9] rc=' <<<"$lines" | grep -v ' rc=0 ' | cut -d' ' -f1,2 | tr '\n' ' ')
+    if [ -n "$failed" ]; then
+        echo "failed: $failed(their logs: $work/logs/NN.log)" >&2
+        exit 1
+    fi
+    echo "every notebook of the run finished with rc=0"
+    ;;
+check)
+    work=$1
+    shift
+    [ -x "$work/venv/bin/python" ] || { echo "$work has no installed run: env/gpu_host.sh start first" >&2; exit 2; }
+    log="$work/logs/check.log"
+    keep_earlier_log "$log"
+    (cd "$work/src" && run_environment "$work" && python -m pytest -q tests/notebooks/test_recorded.py "$@") 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    echo "check rc=$rc" >>"$work/logs/summary"
+    exit "$rc"
     ;;
 collect)
     work=$1 dest=$2
@@ -150,7 +219,7 @@ collect)
     ls -la "$dest/run.tgz"
     ;;
 *)
-    echo "unknown command $cmd: start, rerun, bench or collect" >&2
+    echo "unknown command $cmd: start, rerun, wait, check, bench or collect" >&2
     exit 2
     ;;
 esac

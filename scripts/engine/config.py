@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from scripts.engine import flashinfer_switch
 from scripts.profile_model import VLLM_START_METHODS
 from scripts.profiles import Profile, load_profile
 
@@ -174,10 +175,10 @@ def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
 
 
 def flashinfer_sampler_environment() -> dict[str, str]:
-    """vLLM's CUDA sampler imports FlashInfer at every engine start, uncaught, unless told not to
-    (vllm 0.26 ``vllm/v1/sample/ops/topk_topp_sampler.py``; ``VLLM_USE_FLASHINFER_SAMPLER``): where
-    FlashInfer is not installed (the gpu-vllm wheelhouse leaves it out), vLLM's own sampler is used."""
-    return {} if importlib.util.find_spec("flashinfer") else {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    """``VLLM_USE_FLASHINFER_SAMPLER=0`` where FlashInfer is not installed (the gpu-vllm wheelhouse leaves
+    it out): the rule of ``scripts.engine.flashinfer_switch``, which the GPU host's venv also applies to
+    every process it starts."""
+    return flashinfer_switch.sampler_environment()
 
 
 def vllm_engine_args_class(start_method: str, *, offline: bool = False):

@@ -139,3 +139,29 @@ def test_gpu_transformers_job_installs_from_a_wheelhouse_and_runs_notebooks_00_t
     assert "python3 env/wheelhouse.py build" in scripts and "python3 env/wheelhouse.py install" in scripts
     assert "--profile gpu-transformers --only 00 01 02 03 04 05" in scripts
     assert "python -m pytest -q tests/notebooks" in scripts
+
+
+def readme_gpu_vllm_block() -> list[str]:
+    """The command lines of the README's first code block that sets WH and WORK (comments dropped)."""
+    text = (REPO_ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, flags=re.S) if b.startswith("export WH="))
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_gpu_vllm_job_runs_the_readmes_lent_machine_commands():
+    """The job's commands after it sets WH and WORK are, line for line, the README's "Run it on your GPU"."""
+    job = load("gpu.yml")["jobs"]["gpu-vllm"]
+    assert job["runs-on"] == ["self-hosted", "gpu"]
+    lines = [line.strip() for s in steps("gpu.yml", "gpu-vllm") if "run" in s for line in s["run"].splitlines()]
+    commands = [line for line in lines if line.startswith(("mkdir -p \"$WH\"", "python3 env/wheelhouse.py", "env/gpu_host.sh"))]
+    readme = readme_gpu_vllm_block()
+    assert readme[0] == "export WH=/tmp/wh WORK=/tmp/tut"
+    assert commands == readme[1:]
+    assert 'echo "WH=$RUNNER_TEMP/wh" >> "$GITHUB_ENV"' in lines and 'echo "WORK=$RUNNER_TEMP/tut" >> "$GITHUB_ENV"' in lines
+    (start,) = [shlex.split(c) for c in commands if c.startswith("env/gpu_host.sh start")]
+    paths, skipped = run_notebooks.plan(start[2], start[5:])
+    assert start[2] == "gpu-vllm" and [p.name[:2] for p in paths] == [f"{n:02d}" for n in range(9)] and not skipped
+    uv_pin = re.search(r'^uv_pin="(uv==[\d.]+)"', (REPO_ROOT / "env" / "setup_env.sh").read_text(), flags=re.M)[1]
+    assert any(f"--target \"$RUNNER_TEMP/uv\" {uv_pin}" in line for line in lines)  # the pin setup_env.sh installs
+    (upload,) = [s for s in steps("gpu.yml", "gpu-vllm") if "upload-artifact" in s.get("uses", "")]
+    assert upload["if"] == "always()" and "${{ env.WORK }}/executed" in upload["with"]["path"]

@@ -7,6 +7,7 @@ stopping the next, a failed install stopping all) without a GPU host.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tarfile
 import time
@@ -54,7 +55,7 @@ def checkout(tmp_path: Path) -> Path:
     (src / "scripts" / "lab").mkdir(parents=True)
     (src / "env" / "wheelhouse.py").write_text(FAKE_INSTALL)
     (src / "scripts" / "lab" / "run_notebooks.py").write_text(FAKE_RUNNER)
-    for package in ("scripts", "scripts/lab"):  # regular packages: they win over this repository's on PYTHONPATH
+    for package in ("scripts", "scripts/lab"):  # regular packages: they win over another `scripts` on the path
         (src / package / "__init__.py").write_text("")
     (src / ".whl-parts").mkdir()
     return src
@@ -190,3 +191,74 @@ def test_bench_runs_a_bench_module_on_the_installed_run_with_its_environment(tmp
         f" {work / 'build'} C.UTF-8"
     summary = (work / "logs" / "summary").read_text()
     assert "bench probe rc=0" in summary and "bench probe rc=4" in summary
+
+
+def wait(work: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), "wait", str(work)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "GPU_HOST_POLL_S": "0.2"})
+
+
+def start(src: Path, parts: Path, work: Path, *notebooks: str) -> None:
+    gpu_host("start", "gpu-vllm", parts, work, *notebooks, cwd=src, env=GIVEN, check=True)
+
+
+def staged(tmp_path: Path) -> tuple[Path, Path, Path]:
+    src, parts, work = checkout(tmp_path), tmp_path / "parts", tmp_path / "work"
+    (parts / "part1").mkdir(parents=True)
+    (parts / "part1" / "a.whl").write_text("")
+    return src, parts, work
+
+
+def test_wait_blocks_until_done_and_fails_when_a_notebook_failed(tmp_path):
+    src, parts, work = staged(tmp_path)
+    start(src, parts, work, "00", "07")
+    done = wait(work)  # right after start, while the run goes on
+    assert done.returncode == 0, done.stderr
+    assert "00 rc=0" in done.stdout and "07 rc=0" in done.stdout and done.stdout.rstrip().endswith("rc=0")
+    assert "start gpu-vllm 00 07 at" in (work / "logs" / "summary").read_text()
+    shutil.rmtree(work)
+    start(src, parts, work, "00", "01", "07")
+    done = wait(work)
+    assert done.returncode == 1 and "failed: 01 rc=3 " in done.stderr and "07 rc=0" in done.stdout
+
+
+def test_wait_reads_only_the_latest_run_and_fails_on_a_failed_install(tmp_path):
+    src, parts, work = staged(tmp_path)
+    start(src, parts, work, "01")
+    assert wait(work).returncode == 1
+    gpu_host("rerun", "gpu-vllm", work, "00", check=True)
+    done = wait(work)
+    assert done.returncode == 0 and "01 rc=3" not in done.stdout, done.stdout
+    (parts / "part1" / "a.whl").unlink()
+    shutil.rmtree(work)
+    start(src, parts, work, "00")
+    done = wait(work)
+    assert done.returncode == 1 and "the install failed" in done.stderr
+    assert wait(tmp_path / "nothing").returncode == 2
+
+
+def test_wait_fails_when_the_run_stops_without_done(tmp_path):
+    work = tmp_path / "work"
+    (work / "logs").mkdir(parents=True)
+    (work / "logs" / "summary").write_text("start gpu-vllm 00 at 00:00:00\n00 running since 00:00:00\n")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (work / "logs" / "run.pid").write_text(f"{dead.pid}\n")
+    done = wait(work)
+    assert done.returncode == 1 and "the run stopped without writing done" in done.stderr
+
+
+def test_check_runs_the_recorded_values_tests_with_the_runs_build_dir(tmp_path):
+    src, parts, work = staged(tmp_path)
+    # a stand-in for pytest: `python -m pytest` in WORK/src imports this module first
+    (src / "pytest.py").write_text("import os, sys\nprint(sys.argv[1:], os.environ['TUTORIAL_BUILD_DIR'])\n"
+                                   "sys.exit(1 if '--fail' in sys.argv else 0)\n")
+    start(src, parts, work, "00")
+    assert wait(work).returncode == 0
+    ok = subprocess.run(["bash", str(SCRIPT), "check", str(work)], capture_output=True, text=True, timeout=60)
+    failed = subprocess.run(["bash", str(SCRIPT), "check", str(work), "--fail"], capture_output=True, text=True,
+                            timeout=60)
+    assert ok.returncode == 0 and failed.returncode == 1
+    assert ok.stdout.strip() == str(["-q", "tests/notebooks/test_recorded.py"]) + f" {work / 'build'}"
+    assert (work / "logs" / "check.1.log").read_text() == ok.stdout  # the earlier log is kept, numbered
+    assert "check rc=0" in (work / "logs" / "summary").read_text() and "check rc=1" in (work / "logs" / "summary").read_text()

@@ -122,6 +122,23 @@ def test_without_flashinfer_vllm_samples_with_its_own_sampler(monkeypatch):
     assert "VLLM_USE_FLASHINFER_SAMPLER" not in engine.vllm_environment({})
 
 
+def test_the_venv_applies_the_same_rule_and_a_set_value_wins(monkeypatch):
+    """scripts.engine.flashinfer_switch.apply: what the GPU host venv's tutorial.pth runs at interpreter start."""
+    from scripts.engine import flashinfer_switch
+
+    monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: None)
+    env = {}
+    flashinfer_switch.apply(env)
+    assert env == engine.flashinfer_sampler_environment() == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    env = {"VLLM_USE_FLASHINFER_SAMPLER": "1"}
+    flashinfer_switch.apply(env)
+    assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "1"}
+    monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: object())
+    env = {}
+    flashinfer_switch.apply(env)
+    assert env == {}
+
+
 def test_the_backend_joins_deltas_into_chunks_of_the_interval_after_the_first_token():
     from scripts.triton.backend.engine_stream import ChunkBuffer
 
