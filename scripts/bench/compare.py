@@ -169,13 +169,14 @@ class Table:
         numeric = [all(isinstance(r.get(c), (int, float)) and not isinstance(r.get(c), bool) for r in self.rows)
                    and bool(self.rows) for c in self.columns]
 
-        def style(i: int) -> str:
-            return "text-align: right" if numeric[i] else "text-align: left; white-space: nowrap"
-
-        head = "".join(f'<th style="{style(i)}">{html.escape(c)}</th>' for i, c in enumerate(self.columns))
-        body = "".join("<tr>" + "".join(f'<td style="{style(i)}">{html.escape(v)}</td>' for i, v in enumerate(row))
-                       + "</tr>" for row in cells)
-        caption = f'<caption style="text-align: left">{html.escape(self.caption)}</caption>' if self.caption else ""
+        # JupyterLab right-aligns the cells of an output's table; a text column (the labels) reads left
+        # and on one line
+        tags = ["td" if numeric[i] else 'td style="text-align:left;white-space:nowrap"' for i in range(len(self.columns))]
+        head = "".join(f"<th>{html.escape(c)}</th>" if numeric[i] else f'<th style="text-align:left">{html.escape(c)}</th>'
+                       for i, c in enumerate(self.columns))
+        body = "".join("<tr>" + "".join(f"<{tag}>{html.escape(v)}</td>" for tag, v in zip(tags, row)) + "</tr>"
+                       for row in cells)
+        caption = f'<caption style="text-align:left">{html.escape(self.caption)}</caption>' if self.caption else ""
         return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 

@@ -194,7 +194,7 @@ def batch_size_sentence(peaks: list[dict[str, Any]], dynamic_batching: dict[str,
     single = sorted((m for m in highest if not dynamic_batching.get(m)), key=lambda m: (-highest[m], m))
     parts = ([f"{listed(batching)} (config with dynamic_batching)"] if batching else []) + \
             ([f"{listed(single)} (without)"] if single else [])
-    return f"Most requests per Triton execution, averaged over {rate_window}: " + "; ".join(parts) + "."
+    return f"Requests per Triton execute call, the highest {rate_window} average: " + "; ".join(parts) + "."
 
 
 def http_status_sentence(peaks: list[dict[str, Any]], probed: tuple[str, ...], failed: int) -> str:
@@ -209,8 +209,9 @@ def http_status_sentence(peaks: list[dict[str, Any]], probed: tuple[str, ...], f
     errors = [r for r in others if r not in not_found]
     said = [f"{failed} benchmark request(s) failed" if failed else "No benchmark request failed"]
     if not_found:
-        said.append(f"the 404 series ({routes(not_found)}) are vllm bench serve asking each base URL for "
-                    f"{' and '.join(probed)} before and after a run, paths the Serve application does not serve")
+        said.append(f"the 404 series ({routes(not_found)}), and the latency lines of those routes, are vllm bench serve "
+                    f"asking each base URL for {' and '.join(probed)} before and after a run, paths the Serve "
+                    "application does not serve")
     if errors:
         said.append("Serve answered " + ", ".join(sorted({f"{r['labels'].get('route', '?')} {r['labels'].get('status_code')}"
                                                          for r in errors})) + ": errors, see the Serve logs")

@@ -41,7 +41,7 @@ def test_batch_size_sentence_names_each_models_highest_batch_and_whether_it_batc
              [("postprocessing", "shared", 2.8), ("vllm_engine", "shared", 1.5), ("vllm_engine", "other", 1.7),
               ("ensemble", "shared", 1.0), ("preprocessing", "shared", 1.0)]]
     said = dashboard.batch_size_sentence(peaks, {"postprocessing": True, "vllm_engine": True, "ensemble": False})
-    assert said == ("Most requests per Triton execution, averaged over 10s: postprocessing 2.8, vllm_engine 1.7 "
+    assert said == ("Requests per Triton execute call, the highest 10s average: postprocessing 2.8, vllm_engine 1.7 "
                     "(config with dynamic_batching); ensemble 1.0, preprocessing 1.0 (without).")
     assert dashboard.batch_size_sentence([], {}) == "Triton formed no batch in this window (no executions)."
 
@@ -63,7 +63,8 @@ def test_http_status_sentence_explains_404s_and_names_errors():
     assert dashboard.http_status_sentence(ok, probed, 0) == (
         "No benchmark request failed; Serve answered every HTTP request with a 2xx.")
     said = dashboard.http_status_sentence(ok + [series("/engine", "404"), series("/ensemble", "404")], probed, 0)
-    assert said == ("No benchmark request failed; the 404 series (/engine, /ensemble) are vllm bench serve asking each "
-                    "base URL for /tokenize and /metrics before and after a run, paths the Serve application does not serve.")
+    assert said == ("No benchmark request failed; the 404 series (/engine, /ensemble), and the latency lines of those "
+                    "routes, are vllm bench serve asking each base URL for /tokenize and /metrics before and after a run, "
+                    "paths the Serve application does not serve.")
     said = dashboard.http_status_sentence(ok + [series("/engine/v1/completions", "500")], probed, 3)
     assert said == "3 benchmark request(s) failed; Serve answered /engine/v1/completions 500: errors, see the Serve logs."
