@@ -37,6 +37,11 @@ RESULT_KEYS = {
     "duration_s": "duration",
 }
 SUMMARY = "summary.json"
+#: Paths ``vllm bench serve`` asks of the base URL besides the endpoint (vllm/benchmarks/serve.py):
+#: ``/tokenize`` to align the random prompts to the server's tokenizer, ``/metrics`` before and after a run
+#: for speculative-decoding and diffusion counters. It goes on when they fail; a server without them
+#: (the Serve application) answers 404, which its HTTP metrics count.
+PROBED_PATHS = ("/tokenize", "/metrics")
 
 
 def make_runs(label: str, base_url: str, model: str, tokenizer: str | Path, concurrencies: Iterable[int], *,

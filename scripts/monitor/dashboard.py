@@ -30,6 +30,10 @@ RATE_WINDOW = "10s"
 GRAFANA_VARIABLES = ("$__rate_interval", "$__interval")
 #: The row of panels over Triton's GPU metrics: only where Triton exports them (scripts/monitor/gpu.py).
 GPU_ROW = "GPU"
+#: The panel of inferences per execution of each Triton model (``nv_inference_count / nv_inference_exec_count``).
+BATCH_PANEL = "Average batch size Triton formed"
+#: The panel of Serve's HTTP requests per second by route and status code.
+HTTP_PANEL = "Serve HTTP requests per second"
 
 
 class EmptyPanels(AssertionError):
@@ -71,6 +75,12 @@ def promql(expr: str, rate_window: str = RATE_WINDOW) -> str:
     if left:
         raise ValueError(f"Grafana variables {left} in {expr!r} have no value outside Grafana")
     return expr
+
+
+def legend(target: dict[str, Any], labels: dict[str, str]) -> str:
+    """A target's ``legendFormat`` with each ``{{label}}`` replaced by the series' value, as Grafana writes it."""
+    text = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: labels.get(m.group(1), ""), target.get("legendFormat") or "")
+    return " ".join(text.split())
 
 
 def _live(series: dict[str, Any]) -> bool:
@@ -127,9 +137,8 @@ def plot_panels(prom, start: float, end: float, dashboard: dict[str, Any] | None
             for series in prom.query_range(promql(target["expr"], rate_window), start, end, step):
                 points = [(t - start, v) for t, v in series["values"] if math.isfinite(v)]
                 if points:
-                    legend = re.sub(r"\{\{\s*(\w+)\s*\}\}", lambda m: series["labels"].get(m.group(1), ""),
-                                    target.get("legendFormat") or "")
-                    ax.plot(*zip(*points), label=" ".join(legend.split())[:40] or None, linewidth=1, antialiased=False)
+                    ax.plot(*zip(*points), label=legend(target, series["labels"])[:40] or None, linewidth=1,
+                            antialiased=False)
         for label, when in (marks or {}).items():
             ax.axvline(when - start, color="grey", linestyle=":", linewidth=1)
         ax.set_title(panel["title"], fontsize=9)
@@ -141,3 +150,71 @@ def plot_panels(prom, start: float, end: float, dashboard: dict[str, Any] | None
         ax.set_visible(False)
     fig.tight_layout()
     return fig
+
+
+def panel_peaks(prom, title: str, start: float, end: float, dashboard: dict[str, Any] | None = None, *,
+                step: float = 1.0, rate_window: str = RATE_WINDOW, gpu: bool = False) -> list[dict[str, Any]]:
+    """The highest value of every series the panel ``title`` plots over ``start``..``end``: one
+    ``{"legend", "labels", "peak"}`` per series with data, in the panel's order (what a reader would
+    read off the plot). ``KeyError`` for a title the dashboard does not have."""
+    dashboard = load() if dashboard is None else dashboard
+    found = [p for p in panels(dashboard, gpu) if p.get("title") == title]
+    if not found:
+        raise KeyError(f"no panel {title!r}; panels: {[p.get('title') for p in panels(dashboard, gpu)]}")
+    out = []
+    for target in found[0].get("targets", []):
+        for series in prom.query_range(promql(target["expr"], rate_window), start, end, step):
+            values = [v for _, v in series["values"] if math.isfinite(v)]
+            if values:
+                out.append({"legend": legend(target, series["labels"]), "labels": series["labels"], "peak": max(values)})
+    return out
+
+
+def dynamic_batching(repo: str | Path, models) -> dict[str, bool]:
+    """``{model: whether its config.pbtxt in the filled repository ``repo`` sets dynamic_batching}``."""
+    from scripts.triton.repository.fill import read_model_config  # noqa: PLC0415
+
+    return {m: read_model_config(Path(repo), m).HasField("dynamic_batching") for m in sorted(models)}
+
+
+def batch_size_sentence(peaks: list[dict[str, Any]], dynamic_batching: dict[str, bool], rate_window: str = RATE_WINDOW) -> str:
+    """What the batch-size panel showed, per model: the highest average batch (inferences per execution
+    over ``rate_window``), models whose config sets ``dynamic_batching`` (``{model: bool}``) first."""
+    highest: dict[str, float] = {}
+    for row in peaks:
+        model = row["labels"].get("model", "?")
+        highest[model] = max(highest.get(model, 0.0), row["peak"])
+    if not highest:
+        return "Triton formed no batch in this window (no executions)."
+
+    def listed(models: list[str]) -> str:
+        return ", ".join(f"{m} {highest[m]:.1f}" for m in models)
+
+    batching = sorted((m for m in highest if dynamic_batching.get(m)), key=lambda m: (-highest[m], m))
+    single = sorted((m for m in highest if not dynamic_batching.get(m)), key=lambda m: (-highest[m], m))
+    parts = ([f"{listed(batching)} (config with dynamic_batching)"] if batching else []) + \
+            ([f"{listed(single)} (without)"] if single else [])
+    return f"Requests per Triton execute call, the highest {rate_window} average: " + "; ".join(parts) + "."
+
+
+def http_status_sentence(peaks: list[dict[str, Any]], probed: tuple[str, ...], failed: int) -> str:
+    """What the Serve HTTP panel's series other than 2xx are. 404s come from the load generator
+    probing paths the application does not serve (``probed``: :data:`scripts.bench.vllm_bench.PROBED_PATHS`);
+    any other status is named as an error. ``failed``: benchmark requests that failed, as the runs counted them."""
+    def routes(rows: list[dict[str, Any]]) -> str:
+        return ", ".join(sorted({r["labels"].get("route", "?") for r in rows}))
+
+    others = [r for r in peaks if not str(r["labels"].get("status_code", "")).startswith("2")]
+    not_found = [r for r in others if str(r["labels"].get("status_code")) == "404"]
+    errors = [r for r in others if r not in not_found]
+    said = [f"{failed} benchmark request(s) failed" if failed else "No benchmark request failed"]
+    if not_found:
+        said.append(f"the 404 series ({routes(not_found)}), and the latency lines of those routes, are vllm bench serve "
+                    f"asking each base URL for {' and '.join(probed)} before and after a run, paths the Serve "
+                    "application does not serve")
+    if errors:
+        said.append("Serve answered " + ", ".join(sorted({f"{r['labels'].get('route', '?')} {r['labels'].get('status_code')}"
+                                                         for r in errors})) + ": errors, see the Serve logs")
+    if not others:
+        said.append("Serve answered every HTTP request with a 2xx")
+    return "; ".join(said) + "."

@@ -11,8 +11,8 @@ import pytest
 matplotlib.use("Agg")
 
 from fakes import embedded_png_bytes  # noqa: E402
-from scripts.bench.compare import (METRICS, aggregate, plot, ratio_sentences, ratios, save, side_by_side,  # noqa: E402
-                                   table)
+from scripts.bench.compare import (METRICS, Table, aggregate, plot, ratio_range_sentence, ratio_sentences,  # noqa: E402
+                                   ratios, save, side_by_side, table, versus_sentences)
 
 
 def row(label, concurrency, repeat=0, tput=100.0, ttft=10.0, itl=5.0, e2el=50.0, completed=8, failed=0, **more):
@@ -127,7 +127,12 @@ def test_plot_has_two_axes_and_one_line_per_label():
         assert isinstance(fig, matplotlib.figure.Figure)
         left, right = fig.axes
         assert len(left.containers) == 2 and len(right.get_lines()) == 2
-        assert [t.get_text() for t in left.get_legend().get_texts()] == ["vllm", "serve"]
+        (legend,) = fig.legends  # one legend for both plots, outside both axes: it covers no line
+        assert [t.get_text() for t in legend.get_texts()] == ["vllm", "serve"]
+        assert left.get_legend() is None and right.get_legend() is None
+        fig.canvas.draw()
+        box = legend.get_window_extent()
+        assert all(not box.overlaps(ax.get_window_extent()) for ax in (left, right))
         xs, ys = right.get_lines()[0].get_data()
         assert list(xs) == [1, 2, 4]  # sorted by concurrency
         assert list(left.containers[0].lines[0].get_ydata()) == [100.5, 200.5, 400.5]
@@ -183,3 +188,43 @@ def test_side_by_side_prints_medians_and_ratios_and_saves_them(tmp_path):
     assert "output_throughput" in medians and "110.00" in medians and "150.00" in medians
     assert "throughput_ratio" in ratio_table and "1.36" in ratio_table
     assert {f.name for f in tmp_path.iterdir()} == {f"{n}.{x}" for n in ("runs", "medians", "ratios") for x in ("json", "csv")}
+
+
+def test_table_shows_html_in_a_notebook_and_the_plain_table_elsewhere():
+    rows = [{"label": "b <x>", "concurrency": 8, "tput": 1.234}, {"label": "a", "concurrency": 1, "tput": float("nan")}]
+    shown = Table(rows, ["label", "concurrency", "tput"], digits=1, sort_by=("concurrency",), caption="tok/s & more")
+    assert repr(shown) == str(shown) == "tok/s & more\n" + table(rows, ["label", "concurrency", "tput"], digits=1,
+                                                                 sort_by=("concurrency",))
+    assert repr(Table(rows, ["label"])) == table(rows, ["label"])  # no caption: the table alone
+    html = shown._repr_html_()
+    assert html.startswith("<table><caption") and "tok/s &amp; more" in html and "b &lt;x&gt;" in html
+    assert html.count("<tr>") == 3 and html.count("</th>") == 3
+    assert html.index(">a<") < html.index(">b &lt;x&gt;<")  # sorted as the text is
+    assert "<td>1.2</td>" in html and "<td>nan</td>" in html and "<th>tput</th>" in html  # numbers: right, as JupyterLab sets
+    assert '<td style="text-align:left;white-space:nowrap">a</td>' in html  # a label column reads left, never wraps
+    from test_notebook_outputs import table_lengths  # the output budget counts its rows, header left out
+    assert table_lengths(html) == [2]
+
+
+def test_ratio_range_and_versus_sentences_are_rendered_from_the_rows():
+    agg = aggregate([row("vllm", c, tput=1000.0) for c in (1, 8, 32)]
+                    + [row("shared", 1, tput=440.0), row("shared", 8, tput=290.0), row("shared", 32, tput=230.0),
+                       row("own", 1, tput=430.0), row("own", 8, tput=190.0), row("own", 32, tput=460.0)])
+    ratio_rows = ratios(agg, "vllm")
+    assert ratio_range_sentence(ratio_rows, "shared", "vllm") == (
+        "shared delivered 0.44 at concurrency 1, 0.29 at concurrency 8, 0.23 at concurrency 32 of vllm's output "
+        "tokens per second.")
+    said = versus_sentences(ratio_rows, "shared", "own", "vllm", names=("one Triton", "a Triton each"),
+                            cpu_ms_per_token={"shared": 1.6, "own": 2.016}, cpu_concurrency=32, cpu_what="all of it")
+    assert said == [
+        "At concurrency 1, one Triton delivered 0.44 of vllm's output tokens per second and a Triton each 0.43: "
+        "about the same (within 5%).",
+        "At concurrency 8, one Triton delivered 0.29 of vllm's output tokens per second and a Triton each 0.19: "
+        "one Triton delivered 1.53 times as much.",
+        "At concurrency 32, one Triton delivered 0.23 of vllm's output tokens per second and a Triton each 0.46: "
+        "a Triton each delivered 2.00 times as much; CPU per output token (all of it): 1.60 ms against 2.02 ms."]
+    assert versus_sentences(ratio_rows, "shared", "own", "vllm")[0].startswith("At concurrency 1, shared delivered")
+    with pytest.raises(ValueError, match="no ratio rows for 'nobody'"):
+        versus_sentences(ratio_rows, "shared", "nobody", "vllm")
+    with pytest.raises(ValueError, match="no ratio rows for 'nobody'"):
+        ratio_range_sentence(ratio_rows, "nobody", "vllm")

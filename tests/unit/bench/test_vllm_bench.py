@@ -125,3 +125,20 @@ def test_a_plan_that_runs_out_of_time_reports_every_run_failed(tmp_path):
     rows = vb.run_plan([a_run(), a_run(concurrency=4)], tmp_path, timeout_s=0.5, echo=lambda line: None)
     assert [(r["concurrency"], r["completed"], r["failed"]) for r in rows] == [(2, 0, 6), (4, 0, 6)]
     assert all(r["error"].startswith("the plan ran past") for r in rows)
+
+
+@needs_vllm
+def test_the_paths_vllm_bench_probes_are_in_its_source_and_not_in_the_serve_application():
+    """Notebook 07 explains Serve's 404 series by PROBED_PATHS: vllm bench serve asks the base URL for
+    each (vllm/benchmarks/serve.py), and the Serve application answers 404 to them."""
+    from fastapi.testclient import TestClient
+    from fakes import fake_service, routes_answered_by
+
+    source = open(importlib.util.find_spec("vllm.benchmarks.serve").origin).read()
+    for path in vb.PROBED_PATHS:
+        assert f'f"{{base_url}}{path}"' in source, path
+    with routes_answered_by(fake_service()) as app:
+        client = TestClient(app)
+        assert client.get("/metrics").status_code == 404
+        assert client.post("/tokenize", json={"model": "tiny-llama", "prompt": "hi"}).status_code == 404
+        assert client.get("/v1/models").status_code != 404  # the application does answer its own routes
