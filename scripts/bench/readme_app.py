@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench import compare
-from scripts.bench.sweep import Target, bench_parser, load_settings, measured, plan
+from scripts.bench.sweep import Target, bench_out_dir, bench_parser, load_settings, measured, plan
 from scripts.bench.vllm_bench import run_plan
-from scripts.paths import build_dir
 from scripts.profiles import Profile, load_profile
 
 #: The labels of the table; ``vllm serve`` on the same route is each route's baseline.
@@ -88,16 +87,11 @@ def run(profile: Profile, concurrency: list[int], routes: list[str], *, input_le
 
 def main(argv: list[str] | None = None) -> int:
     parser = bench_parser(__doc__)
-    parser.add_argument("--routes", nargs="+", default=list(ROUTES), help="chat and/or completions")
+    parser.add_argument("--routes", nargs="+", choices=ROUTES, default=list(ROUTES), help="chat and/or completions")
     parser.add_argument("--out", type=Path, default=None, help="default: build/results/bench/readme-app-<profile>")
     args = parser.parse_args(argv)
-    try:
-        check_routes(args.routes)
-    except ValueError as exc:
-        parser.error(str(exc))
     profile = load_profile(args.profile)
-    out_dir = (args.out or build_dir() / "results" / "bench" / f"readme-app-{profile.name}").resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = bench_out_dir(args.out, "readme-app", profile.name)
     try:
         rows = run(profile, args.concurrency, args.routes, **load_settings(args), out_dir=out_dir)
     except (ValueError, FileNotFoundError) as exc:

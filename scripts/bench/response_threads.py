@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench import compare
-from scripts.bench.sweep import Target, bench_parser, ensemble_triton, load_settings, measured, plan
+from scripts.bench.sweep import Target, bench_out_dir, bench_parser, ensemble_triton, load_settings, measured, plan
 from scripts.bench.vllm_bench import run_plan
 from scripts.engine.config import ENGINE_CONFIG, read_engine_config
-from scripts.paths import build_dir
 from scripts.profiles import Profile, load_profile
 from scripts.serve.config import fill_serve_repository
 from scripts.triton.backend.outbox import thread_count
@@ -159,8 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(set(args.threads)) != len(args.threads):
         parser.error(f"--threads counts must differ, got {args.threads}")
     profile = load_profile(args.profile)
-    out_dir = (args.out or build_dir() / "results" / "bench" / f"response-threads-{profile.name}").resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = bench_out_dir(args.out, "response-threads", profile.name)
     try:
         rows = run(profile, args.threads, args.concurrency, **load_settings(args), out_dir=out_dir, py_spy_s=args.py_spy)
     except (ValueError, FileNotFoundError) as exc:

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from scripts.bench import compare
-from scripts.bench.sweep import Target, bench_parser, ensemble_triton, load_settings, measured, plan
+from scripts.bench.sweep import Target, bench_out_dir, bench_parser, ensemble_triton, load_settings, measured, plan
 from scripts.bench.vllm_bench import run_plan
-from scripts.paths import build_dir
 from scripts.profiles import Profile, load_profile
 
 
@@ -95,8 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     profile = load_profile(args.profile)
-    out_dir = (args.out or build_dir() / "results" / "bench" / f"serve-replicas-{profile.name}").resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = bench_out_dir(args.out, "serve-replicas", profile.name)
     try:
         rows = run(profile, args.replicas, args.concurrency, **load_settings(args), out_dir=out_dir,
                    throughput_optimized=not args.classic_proxy, direct_ingress=args.direct_ingress)

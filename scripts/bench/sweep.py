@@ -122,6 +122,15 @@ def bench_parser(doc: str):
     return parser
 
 
+def bench_out_dir(out: Path | None, name: str, profile_name: str) -> Path:
+    """A side-by-side bench's results folder, made: ``--out`` when given, else build/results/bench/<name>-<profile>."""
+    from scripts.paths import build_dir  # noqa: PLC0415
+
+    out_dir = (out or build_dir() / "results" / "bench" / f"{name}-{profile_name}").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return out_dir
+
+
 def load_settings(args) -> dict[str, Any]:
     """The keyword arguments of a bench's ``run`` from :func:`bench_parser`'s load options."""
     return {"input_len": args.input_len, "output_len": args.output_len, "repeats": args.repeats,

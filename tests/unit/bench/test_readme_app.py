@@ -28,10 +28,12 @@ def test_each_route_is_measured_against_vllm_serve_on_the_same_route():
     assert ratios[ra.label(ra.APP, "completions")]["overhead_per_token_ms"] == pytest.approx(1.0)
 
 
-def test_the_command_line_refuses_an_unknown_route(capsys):
+def test_the_command_line_refuses_an_unknown_route_and_a_route_named_twice(build_root, capsys):
     with pytest.raises(SystemExit) as info:
         ra.main(["--routes", "chat", "embeddings"])
-    assert info.value.code == 2 and "routes must be some of" in capsys.readouterr().err
+    assert info.value.code == 2 and "invalid choice: 'embeddings'" in capsys.readouterr().err
+    assert ra.main(["--routes", "chat", "chat", "--out", str(build_root / "out")]) == 2
+    assert "routes must be some of" in capsys.readouterr().err
 
 
 def test_a_profile_without_an_engine_stops_with_the_step_to_take(build_root, capsys):
