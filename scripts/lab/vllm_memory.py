@@ -14,9 +14,8 @@ take a share of the memory FREE instead (:mod:`scripts.lab.gpu_conflicts`). So o
   GPU's used memory grew by since it started, beyond its torch tensors, as its own "non-torch memory":
   the memory the other instances take meanwhile too. The instance that profiles first gets the whole
   share, the later ones a KV cache of what is left, or none ("No available memory for the cache blocks").
-  Seen on an H200 at 0.9 and count 2: KV caches of 3,932,032 and 104,640 tokens, the second instance
-  counting 120 GiB of the first's memory as its own (docs/gpu-runs/). Which instance is starved depends
-  on timing, so no utilization makes N > 1 safe: the fix is count 1 (vLLM batches ``max_num_seqs``
+  Seen on an H200 at 0.9 and count 2 (section 9 of docs/gpu-runs/h200/failed/06_troubleshoot_gpu_resources.ipynb):
+  Triton ready, its two engines holding 7.0 and 123.8 GiB. Which instance is starved depends on timing, so no utilization makes N > 1 safe: the fix is count 1 (vLLM batches ``max_num_seqs``
   sequences in one instance). :func:`instances_together` reads each engine's KV cache from Triton's log.
 
 The checker's prediction for each comes from :func:`estimate` (:mod:`scripts.capacity.instance_memory`).
