@@ -167,9 +167,13 @@ FAILED = "nv_inference_request_failure"
 
 
 def leave_after_the_first_event(base: str) -> bool:
-    """Stream a long completion, read its first event, close the connection; True if it streamed."""
+    """Stream a long completion, read its first event, close the connection; True if it streamed.
+    ``ignore_eos``: the cpu model's greedy answer to this prompt ends at its 34th token, and on a busy
+    machine a request that short could finish before its client's leaving reached Triton (seen once: 15
+    of 16 cancelled); 480 tokens cannot."""
     with requests.post(f"{base}/v1/completions", stream=True, timeout=60,
-                       json={"prompt": "Ray Serve takes", "max_tokens": 480, "temperature": 0, "stream": True}) as r:
+                       json={"prompt": "Ray Serve takes", "max_tokens": 480, "temperature": 0, "stream": True,
+                             "ignore_eos": True}) as r:
         return r.status_code == 200 and next(line for line in r.iter_lines() if line).startswith(b"data: ")
 
 
@@ -206,7 +210,7 @@ def test_a_cancelled_stream_of_the_engine_model_is_aborted_in_the_engine(stack):
     _, triton = stack
     url = triton.info["metrics_url"]
     before = metric(url, CANCELLED)
-    request = engine_model_request(triton.repo, [1, 265, 611], 480, streaming=True)
+    request = engine_model_request(triton.repo, [1, 265, 611], 480, streaming=True, ignore_eos=True)  # none ends first
     engine = GrpcModel(triton.info["grpc_url"], request.model_name, request.outputs)
     inputs = request.inputs
 
@@ -225,7 +229,7 @@ def test_a_cancelled_stream_of_the_engine_model_is_aborted_in_the_engine(stack):
         time.sleep(0.2)
     aborted = metric(url, CANCELLED) - before
     print(f"of 16 engine streams left early, the engine aborted {aborted:.0f}")
-    assert aborted >= 8 and metric(url, RUNNING) == 0
+    assert aborted == 16 and metric(url, RUNNING) == 0
     # vLLM's scheduler stats, copied to Triton's metrics port each engine step
     exported = requests.get(url, timeout=10).text
     assert "tutorial_engine_kv_cache_usage{" in exported and "tutorial_engine_requests_waiting{" in exported
