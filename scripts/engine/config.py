@@ -171,14 +171,7 @@ def vllm_environment(config: dict[str, Any]) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         # vLLM logs to stdout by default; keep stdout for results (run.py prints them there)
         "VLLM_LOGGING_STREAM": "ext://sys.stderr",
-    } | flashinfer_sampler_environment()
-
-
-def flashinfer_sampler_environment() -> dict[str, str]:
-    """``VLLM_USE_FLASHINFER_SAMPLER=0`` where FlashInfer is not installed (the gpu-vllm wheelhouse leaves
-    it out): the rule of ``scripts.engine.flashinfer_switch``, which the GPU host's venv also applies to
-    every process it starts."""
-    return flashinfer_switch.sampler_environment()
+    } | flashinfer_switch.sampler_environment()
 
 
 def vllm_engine_args_class(start_method: str, *, offline: bool = False):

@@ -129,7 +129,7 @@ def test_the_venv_applies_the_same_rule_and_a_set_value_wins(monkeypatch):
     monkeypatch.setattr(engine.importlib.util, "find_spec", lambda name: None)
     env = {}
     flashinfer_switch.apply(env)
-    assert env == engine.flashinfer_sampler_environment() == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    assert env == flashinfer_switch.sampler_environment() == {"VLLM_USE_FLASHINFER_SAMPLER": "0"}
     env = {"VLLM_USE_FLASHINFER_SAMPLER": "1"}
     flashinfer_switch.apply(env)
     assert env == {"VLLM_USE_FLASHINFER_SAMPLER": "1"}
